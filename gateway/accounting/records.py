@@ -1,0 +1,76 @@
+"""Record: everything kvgate knows about one attempt of one request, and its journal form."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from gateway.usage import Usage, UsageSource
+from pricing.cost import Cost
+
+
+class Status(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One attempt; ``request_id`` is the idempotency key of its database row."""
+
+    request_id: str
+    tenant_id: str
+    api_key_id: str
+    interaction_id: str
+    model: str
+    deployment: str
+    upstream: str
+    started_at: datetime
+    ended_at: datetime
+    status: Status
+    usage: Usage
+    cost: Cost
+    attempt: int = 1
+    policy: str = ""
+    first_token_at: datetime | None = None
+    finish_reason: str | None = None
+    price_id: str | None = None
+    predicted_cached_tokens: int | None = None
+    ceiling_cached_tokens: int | None = None
+    stream: bool = False
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def priced(self) -> bool:
+        return self.price_id is not None
+
+    def to_json(self) -> bytes:
+        """One journal line (no trailing newline)."""
+        return orjson.dumps(asdict(self), default=_encode)
+
+    @classmethod
+    def from_json(cls, line: bytes) -> Record:
+        data = orjson.loads(line)
+        data["started_at"] = datetime.fromisoformat(data["started_at"])
+        data["ended_at"] = datetime.fromisoformat(data["ended_at"])
+        if data["first_token_at"] is not None:
+            data["first_token_at"] = datetime.fromisoformat(data["first_token_at"])
+        data["status"] = Status(data["status"])
+        usage = data["usage"]
+        usage["source"] = UsageSource(usage["source"])
+        data["usage"] = Usage(**usage)
+        data["cost"] = Cost(**{k: Decimal(v) for k, v in data["cost"].items()})
+        return cls(**data)
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"cannot journal {type(value).__name__}")

@@ -1,0 +1,131 @@
+"""SQLAlchemy 2 models: the only place the database's shape is written down.
+
+Money is Numeric(18, 9) (nano-dollars, exact); times are stored in UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from sqlalchemy import (
+    Boolean,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+Money = Numeric(18, 9, asdecimal=True)
+Rate = Numeric(18, 9, asdecimal=True)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in and out, on SQLite (which has no time zones) too."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime stored; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    # Tenants with the same cache_group share a KV-cache scope (operator's explicit choice).
+    cache_group: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class ApiKeyRow(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+
+
+class PriceRow(Base):
+    __tablename__ = "prices"
+
+    id: Mapped[str] = mapped_column(String(300), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), index=True)
+    effective_from: Mapped[datetime] = mapped_column(UTCDateTime())
+    input: Mapped[Decimal] = mapped_column(Rate)
+    cache_read: Mapped[Decimal] = mapped_column(Rate)
+    cache_write: Mapped[Decimal | None] = mapped_column(Rate, default=None)
+    output: Mapped[Decimal] = mapped_column(Rate)
+    currency: Mapped[str] = mapped_column(String(8), default="USD")
+    source: Mapped[str] = mapped_column(Text, default="")
+    captured_on: Mapped[date | None] = mapped_column(Date, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class RequestRow(Base):
+    """One attempt of one request: the unit everything else sums."""
+
+    __tablename__ = "requests"
+    __table_args__ = (
+        Index("ix_requests_tenant_started", "tenant_id", "started_at"),
+        Index("ix_requests_started", "started_at"),
+        Index("ix_requests_interaction", "interaction_id"),
+        Index("ix_requests_model_started", "model", "started_at"),
+    )
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    api_key_id: Mapped[str] = mapped_column(String(64))
+    interaction_id: Mapped[str] = mapped_column(String(200))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    model: Mapped[str] = mapped_column(String(200))
+    deployment: Mapped[str] = mapped_column(String(200))
+    upstream: Mapped[str] = mapped_column(String(500))
+    policy: Mapped[str] = mapped_column(String(50), default="")
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    first_token_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    ended_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    status: Mapped[str] = mapped_column(String(16))
+    finish_reason: Mapped[str | None] = mapped_column(String(50), default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    uncached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    usage_source: Mapped[str] = mapped_column(String(16), default="reported")
+    predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    price_id: Mapped[str | None] = mapped_column(String(300), default=None)
+    cost_uncached: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_read: Mapped[Decimal] = mapped_column(Money)
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
+    cost_output: Mapped[Decimal] = mapped_column(Money)
+    cost_total: Mapped[Decimal] = mapped_column(Money)
+    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money)

@@ -1,0 +1,155 @@
+"""The dated price book: which price was in force for a model at a given moment.
+
+Prices are data (``pricing/catalog/*.yaml``), validated on load. The look-up takes the
+moment as an argument, so a request is always priced with the entry in force when it
+started, and tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+RATE_FIELDS = ("input", "cache_read", "cache_write", "output")
+
+
+class PriceError(ValueError):
+    """A price entry that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """Rates in force for one model from ``effective_from``: USD (or currency) per 1M tokens."""
+
+    model: str
+    effective_from: datetime
+    input: Decimal
+    cache_read: Decimal
+    cache_write: Decimal | None
+    output: Decimal
+    currency: str = "USD"
+    source: str = ""
+    captured_on: date | None = None
+
+    @property
+    def id(self) -> str:
+        """Stable identity: the same model and moment are the same entry everywhere."""
+        return price_id(self.model, self.effective_from)
+
+
+def price_id(model: str, effective_from: datetime) -> str:
+    return f"{model}@{effective_from.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def parse_moment(value: str | date | datetime) -> datetime:
+    """An ISO date or date-time as an aware UTC datetime (a bare date means its midnight UTC)."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        moment = datetime(value.year, value.month, value.day)
+    else:
+        try:
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise PriceError(f"not an ISO date or date-time: {value!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def parse_rate(value: Any, field: str) -> Decimal:
+    """A non-negative per-million rate as an exact Decimal (YAML floats go through str)."""
+    if isinstance(value, bool) or value is None:
+        raise PriceError(f"{field}: a rate is required")
+    try:
+        rate = Decimal(str(value).strip())
+    except InvalidOperation as exc:
+        raise PriceError(f"{field}: not a number: {value!r}") from exc
+    if not rate.is_finite() or rate < 0:
+        raise PriceError(f"{field}: must be a finite non-negative number, got {value!r}")
+    return rate
+
+
+def price_from_mapping(entry: Mapping[str, Any]) -> Price:
+    """Validate one catalog entry."""
+    unknown = set(entry) - {
+        "model", "effective_from", *RATE_FIELDS, "currency", "source", "captured_on",
+    }
+    if unknown:
+        raise PriceError(f"unknown fields: {sorted(unknown)}")
+    model = entry.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise PriceError("model: a non-empty name is required")
+    if "effective_from" not in entry:
+        raise PriceError(f"{model}: effective_from is required")
+    cache_write = entry.get("cache_write")
+    captured = entry.get("captured_on")
+    return Price(
+        model=model.strip(),
+        effective_from=parse_moment(entry["effective_from"]),
+        input=parse_rate(entry.get("input"), "input"),
+        cache_read=parse_rate(entry.get("cache_read"), "cache_read"),
+        cache_write=None if cache_write is None else parse_rate(cache_write, "cache_write"),
+        output=parse_rate(entry.get("output"), "output"),
+        currency=str(entry.get("currency", "USD")),
+        source=str(entry.get("source", "")),
+        captured_on=None if captured is None else parse_moment(captured).date(),
+    )
+
+
+def load_catalog(directory: Path = CATALOG_DIR) -> list[Price]:
+    """Every entry of every ``*.yaml`` file in the catalog directory, validated."""
+    prices: list[Price] = []
+    for path in sorted(directory.glob("*.yaml")):
+        document = yaml.safe_load(path.read_text()) or {}
+        entries = document.get("prices", []) if isinstance(document, dict) else None
+        if not isinstance(entries, list):
+            raise PriceError(f"{path.name}: expected a mapping with a 'prices' list")
+        for number, entry in enumerate(entries, start=1):
+            if not isinstance(entry, Mapping):
+                raise PriceError(f"{path.name} entry {number}: expected a mapping")
+            try:
+                prices.append(price_from_mapping(entry))
+            except PriceError as exc:
+                raise PriceError(f"{path.name} entry {number}: {exc}") from exc
+    return prices
+
+
+class PriceBook:
+    """Dated prices per model; ``price_for(model, at=...)`` is the only look-up."""
+
+    def __init__(self, prices: Iterable[Price] = ()) -> None:
+        by_model: dict[str, dict[datetime, Price]] = {}
+        for price in prices:
+            entries = by_model.setdefault(price.model, {})
+            if price.effective_from in entries and entries[price.effective_from] != price:
+                raise PriceError(f"two different prices for {price.id}")
+            entries[price.effective_from] = price
+        self._entries = {
+            model: sorted(entries.values(), key=lambda p: p.effective_from)
+            for model, entries in by_model.items()
+        }
+        self._starts = {m: [p.effective_from for p in e] for m, e in self._entries.items()}
+
+    def price_for(self, model: str, *, at: datetime) -> Price | None:
+        """The entry with the latest ``effective_from`` not after ``at``, or None."""
+        starts = self._starts.get(model)
+        if not starts:
+            return None
+        index = bisect.bisect_right(starts, at) - 1
+        return self._entries[model][index] if index >= 0 else None
+
+    def entries(self, model: str | None = None) -> list[Price]:
+        models = [model] if model is not None else sorted(self._entries)
+        return [p for m in models for p in self._entries.get(m, [])]
+
+    def __len__(self) -> int:
+        return sum(len(e) for e in self._entries.values())
