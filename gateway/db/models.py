@@ -23,8 +23,36 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-Money = Numeric(18, 9, asdecimal=True)
-Rate = Numeric(18, 9, asdecimal=True)
+NANOS = Decimal(1_000_000_000)
+NANO = Decimal("0.000000001")
+
+
+class Money(TypeDecorator[Decimal]):
+    """Exact money: Numeric(18, 9) on Postgres; integer nano-units on SQLite.
+
+    SQLite keeps NUMERIC values as binary floats, so its SUM() would drift in the last
+    digits; as integers its sums are exact. ``func.sum`` keeps this type, so aggregates
+    come back as exact Decimals on both databases.
+    """
+
+    impl = Numeric(18, 9, asdecimal=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Decimal | int | None:
+        if value is None:
+            return None
+        value = Decimal(value).quantize(NANO)
+        return int(value * NANOS) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: object, dialect: Dialect) -> Decimal | None:
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return (Decimal(int(value)) / NANOS).quantize(NANO)  # type: ignore[call-overload]
+        return Decimal(value).quantize(NANO)  # type: ignore[arg-type]
+
+
+Rate = Money
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -78,10 +106,10 @@ class PriceRow(Base):
     id: Mapped[str] = mapped_column(String(300), primary_key=True)
     model: Mapped[str] = mapped_column(String(200), index=True)
     effective_from: Mapped[datetime] = mapped_column(UTCDateTime())
-    input: Mapped[Decimal] = mapped_column(Rate)
-    cache_read: Mapped[Decimal] = mapped_column(Rate)
-    cache_write: Mapped[Decimal | None] = mapped_column(Rate, default=None)
-    output: Mapped[Decimal] = mapped_column(Rate)
+    input: Mapped[Decimal] = mapped_column(Rate())
+    cache_read: Mapped[Decimal] = mapped_column(Rate())
+    cache_write: Mapped[Decimal | None] = mapped_column(Rate(), default=None)
+    output: Mapped[Decimal] = mapped_column(Rate())
     currency: Mapped[str] = mapped_column(String(8), default="USD")
     source: Mapped[str] = mapped_column(Text, default="")
     captured_on: Mapped[date | None] = mapped_column(Date, default=None)
@@ -123,9 +151,9 @@ class RequestRow(Base):
     predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     price_id: Mapped[str | None] = mapped_column(String(300), default=None)
-    cost_uncached: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_read: Mapped[Decimal] = mapped_column(Money)
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money)
-    cost_output: Mapped[Decimal] = mapped_column(Money)
-    cost_total: Mapped[Decimal] = mapped_column(Money)
-    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money)
+    cost_uncached: Mapped[Decimal] = mapped_column(Money())
+    cost_cache_read: Mapped[Decimal] = mapped_column(Money())
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money())
+    cost_output: Mapped[Decimal] = mapped_column(Money())
+    cost_total: Mapped[Decimal] = mapped_column(Money())
+    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())

@@ -1,0 +1,35 @@
+"""/v1/billing: a tenant's own statement, and nothing of anyone else's."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Literal
+
+from fastapi import APIRouter, Response
+
+from gateway import billing
+from gateway.api.deps import SessionDep, TenantDep
+from gateway.db.queries import tenant_by_id
+from gateway.errors import NotFound
+
+router = APIRouter(prefix="/v1/billing", tags=["billing"])
+
+
+@router.get("/statement")
+def statement(
+    tenant: TenantDep, session: SessionDep, start: date, end: date,
+    format: Literal["json", "csv"] = "json",
+) -> Response:
+    """The calling tenant's statement for UTC days start..end (both included)."""
+    row = tenant_by_id(session, tenant.tenant_id)
+    if row is None:
+        raise NotFound("tenant not found")
+    body, media_type = billing.render(
+        billing.build_statement(session, tenant=row, start=start, end=end), format
+    )
+    return Response(body, media_type=media_type, headers=download_headers(row.name, start, end, format))
+
+
+def download_headers(name: str, start: date, end: date, fmt: str) -> dict[str, str]:
+    filename = f"kvgate-statement-{name}-{start}-{end}.{fmt}"
+    return {"content-disposition": f'attachment; filename="{filename}"'}

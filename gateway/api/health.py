@@ -1,0 +1,28 @@
+"""/healthz and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz(request: Request) -> dict[str, object]:
+    """Liveness and what the gateway can do right now."""
+    state = request.app.state
+    return {
+        "status": "ok" if state.recorder.journal_healthy else "degraded",
+        "journal_writable": state.recorder.journal_healthy,
+        "database_reachable": state.recorder.stats.db_healthy,
+        "recorder_backlog": state.recorder.backlog,
+        "models": sorted(state.deployments),
+    }
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    state = request.app.state
+    state.refresh_gauges()
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

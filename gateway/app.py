@@ -1,0 +1,156 @@
+"""create_app(settings): the FastAPI app, with everything it needs built in its lifespan.
+
+Nothing lives in module globals; every shared object hangs off ``app.state``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway import errors
+from gateway.accounting.recorder import Recorder
+from gateway.api import admin, billing, health, inference
+from gateway.auth import KeyRing, Principal
+from gateway.config import Settings
+from gateway.db import crud
+from gateway.db.session import make_engine, session_factory
+from gateway.metrics import Metrics
+from gateway.proxy import Proxy, new_request_id
+from gateway.routing.fleet import Fleet
+from gateway.upstream.vllm import make_session
+from pricing.book import PriceBook
+
+log = logging.getLogger("kvgate")
+
+
+class RequestIdMiddleware:
+    """Give every request an id (``scope['state']['request_id']``) and echo it back."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = new_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+async def _every(interval_s: float, work: Callable[[], Awaitable[None]], name: str) -> None:
+    """Run ``work`` forever at an interval; a failure is logged, never fatal."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await work()
+        except Exception:
+            log.exception("background %s failed; will retry", name)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The gateway, configured only by ``settings``."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = app.state
+        state.settings = settings
+        state.started_at = time.time()
+        state.deployments = {d.name: d for d in settings.deployments()}
+        state.engine = engine = make_engine(settings.database_url)
+        state.sessions = sessions = session_factory(engine)
+
+        def load_keys() -> dict[str, Principal]:
+            with sessions() as session:
+                return crud.active_principals(session)
+
+        def load_prices() -> PriceBook:
+            with sessions() as session:
+                return crud.price_book(session)
+
+        state.keys = keys = KeyRing(load_keys)
+        await keys.refresh()
+        state.metrics = metrics = Metrics()
+        state.recorder = recorder = Recorder(
+            engine=engine,
+            journal_dir=settings.journal_dir,
+            sync=settings.journal_sync,
+            batch_size=settings.recorder_batch_size,
+            flush_interval_s=settings.recorder_flush_interval_s,
+            refuse_when_unrecordable=settings.refuse_when_unrecordable,
+        )
+        recorder.start()
+        state.http = make_session()
+        state.proxy = proxy = Proxy(
+            secret=settings.secret,
+            session=state.http,
+            fleets={
+                name: Fleet(d, cooldown_s=settings.replica_cooldown_s)
+                for name, d in state.deployments.items()
+            },
+            recorder=recorder,
+            metrics=metrics,
+            book=await asyncio.to_thread(load_prices),
+        )
+
+        async def refresh_prices() -> None:
+            proxy.book = await asyncio.to_thread(load_prices)
+
+        def refresh_gauges() -> None:
+            metrics.recorder_backlog.set(recorder.backlog)
+            metrics.journal_bytes.set(recorder.journal.size_bytes)
+            metrics.database_up.set(1 if recorder.stats.db_healthy else 0)
+            for name, fleet in proxy.fleets.items():
+                now = time.monotonic()
+                for replica in fleet.replicas:
+                    metrics.replica_up.labels(name, replica.url).set(replica.available(now))
+                    metrics.replica_in_flight.labels(name, replica.url).set(replica.in_flight)
+
+        state.refresh_gauges = refresh_gauges
+        tasks = [
+            asyncio.ensure_future(_every(settings.key_refresh_s, keys.refresh, "key refresh")),
+            asyncio.ensure_future(_every(settings.price_refresh_s, refresh_prices, "prices")),
+        ]
+        log.info("kvgate ready: %d model(s), %d active key(s), %d price(s)",
+                 len(state.deployments), len(keys), len(proxy.book))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await recorder.stop()
+            await state.http.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="kvgate",
+        version="0.1.0",
+        description="OpenAI-compatible gateway that prices every request.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    for route in inference.routes:
+        app.router.routes.append(route)
+    app.include_router(health.router)
+    app.include_router(billing.router)
+    app.include_router(admin.router)
+    app.add_middleware(RequestIdMiddleware)
+    return app

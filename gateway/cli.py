@@ -1,0 +1,269 @@
+"""The ``kvgate`` command line: serve, demo, sim, replay, db, tenants, keys, prices, billing."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gateway.config import ConfigError, Settings
+
+app = typer.Typer(help="kvgate: an OpenAI-compatible gateway that knows what every request cost.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
+tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys (stored hashed; shown once).", no_args_is_help=True)
+prices_app = typer.Typer(help="The dated price book.", no_args_is_help=True)
+billing_app = typer.Typer(help="Billing statements.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(tenants_app, name="tenants")
+app.add_typer(keys_app, name="keys")
+app.add_typer(prices_app, name="prices")
+app.add_typer(billing_app, name="billing")
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
+]
+
+
+def settings(config: Path | None = None) -> Settings:
+    """Settings from the environment (KVGATE_*), with the CLI's config file on top."""
+    loaded = Settings()
+    return loaded.model_copy(update={"config": config}) if config is not None else loaded
+
+
+def _sessions(s: Settings):  # type: ignore[no-untyped-def]
+    from gateway.db.session import make_engine, session_factory
+
+    return session_factory(make_engine(s.database_url))
+
+
+def fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """Run the gateway."""
+    import uvicorn
+
+    from gateway.app import create_app
+
+    s = settings(config)
+    try:
+        s.deployments()
+    except ConfigError as exc:
+        fail(str(exc))
+    logging.basicConfig(level=s.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(s), host=host, port=port, log_level=s.log_level, access_log=False,
+                loop="uvloop", http="httptools")
+
+
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
+    sim_ports: Annotated[str, typer.Option(help="Ports of the two simulated replicas.")] = "8101,8102",
+    workdir: Annotated[Path, typer.Option(help="Where the demo keeps its files.")] = Path("var/demo"),
+) -> None:
+    """Two simulated replicas, the gateway on SQLite, a demo tenant and key: all local."""
+    from gateway.demo import run_demo
+
+    run_demo(settings(), port=port, sim_ports=[int(p) for p in sim_ports.split(",")], workdir=workdir)
+
+
+@app.command()
+def sim(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8101,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    model: Annotated[str, typer.Option(help="Model name served.")] = "kvgate/demo-llama-8b",
+    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    capacity_blocks: Annotated[int, typer.Option(help="KV cache size in blocks.")] = 2048,
+    prefill_tokens_per_s: Annotated[float, typer.Option(help="Prefill rate (0: instant).")] = 10_000.0,
+    decode_tokens_per_s: Annotated[float, typer.Option(help="Decode rate per sequence (0: instant).")] = 40.0,
+    max_num_seqs: Annotated[int, typer.Option(help="Sequences running at once.")] = 64,
+    max_model_len: Annotated[int, typer.Option(help="Longest prompt + output in tokens.")] = 32_768,
+) -> None:
+    """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
+    from gateway.sim.server import SimConfig, serve as serve_sim
+    from gateway.sim.timing import TimingModel
+
+    timing = TimingModel(prefill_tokens_per_s=prefill_tokens_per_s,
+                         decode_tokens_per_s=decode_tokens_per_s, max_num_seqs=max_num_seqs)
+    serve_sim(SimConfig(model=model, block_size=block_size, capacity_blocks=capacity_blocks,
+                        timing=timing, max_model_len=max_model_len), host=host, port=port)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
+    """Apply migrations to the database named by KVGATE_DATABASE_URL."""
+    from gateway.db.migrate import upgrade
+
+    s = settings()
+    upgrade(s.database_url, revision)
+    typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]) -> None:
+    """Revert migrations down to REVISION ('base' for an empty database)."""
+    from gateway.db.migrate import downgrade
+
+    s = settings()
+    downgrade(s.database_url, revision)
+    typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@tenants_app.command("create")
+def tenants_create(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    cache_group: Annotated[str | None, typer.Option(help="Share the KV cache with this group.")] = None,
+) -> None:
+    """Create a tenant."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+
+    with transaction(_sessions(settings())) as session:
+        tenant = crud.create_tenant(session, name=name, cache_group=cache_group)
+    typer.echo(f"tenant {tenant.name} created: {tenant.id}")
+
+
+@tenants_app.command("set-group")
+def tenants_set_group(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    cache_group: Annotated[str | None, typer.Option(help="Group name; omit to isolate.")] = None,
+) -> None:
+    """Put a tenant into an explicit KV-cache sharing group, or back into its own scope."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+
+    with transaction(_sessions(settings())) as session:
+        crud.set_cache_group(session, name=name, cache_group=cache_group)
+    typer.echo(f"tenant {name}: cache group {cache_group or '(own scope)'}")
+
+
+@keys_app.command("create")
+def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None:
+    """Issue an API key; the key is printed once, alone on the last line."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+
+    with transaction(_sessions(settings())) as session:
+        issued = crud.create_key(session, tenant_name=tenant)
+    typer.echo(f"key {issued.id} for tenant {tenant} (store it now; it is not kept):")
+    typer.echo(issued.key)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="Key id (key_...).")]) -> None:
+    """Revoke a key; gateways stop accepting it within KVGATE_KEY_REFRESH_S."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+
+    with transaction(_sessions(settings())) as session:
+        crud.revoke_key(session, key_id=key_id)
+    typer.echo(f"key {key_id} revoked")
+
+
+@prices_app.command("sync")
+def prices_sync() -> None:
+    """Load pricing/catalog/*.yaml into the database (idempotent; never edits an entry)."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+    from pricing.book import load_catalog
+
+    with transaction(_sessions(settings())) as session:
+        result = crud.add_prices(session, prices=load_catalog())
+    typer.echo(f"prices: {len(result.added)} added, {len(result.unchanged)} already present")
+
+
+@prices_app.command("add")
+def prices_add(
+    model: Annotated[str, typer.Option(help="Price-book model name.")],
+    effective_from: Annotated[str, typer.Option(help="ISO date or date-time (UTC if no zone).")],
+    input: Annotated[str, typer.Option(help="Uncached input, per 1M tokens.")],
+    cache_read: Annotated[str, typer.Option(help="Cache read, per 1M tokens.")],
+    output: Annotated[str, typer.Option(help="Output, per 1M tokens.")],
+    cache_write: Annotated[str | None, typer.Option(help="Cache write, per 1M tokens.")] = None,
+    currency: Annotated[str, typer.Option(help="Currency code.")] = "USD",
+    source: Annotated[str, typer.Option(help="Where this price comes from.")] = "kvgate prices add",
+) -> None:
+    """Add a dated price entry (USD per million tokens)."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+    from pricing.book import PriceError, price_from_mapping
+
+    entry = {"model": model, "effective_from": effective_from, "input": input,
+             "cache_read": cache_read, "cache_write": cache_write, "output": output,
+             "currency": currency, "source": source, "captured_on": date.today()}
+    try:
+        price = price_from_mapping(entry)
+    except PriceError as exc:
+        fail(str(exc))
+    with transaction(_sessions(settings())) as session:
+        result = crud.add_prices(session, prices=[price])
+    typer.echo(f"{price.id}: {'added' if result.added else 'already present'}")
+
+
+@prices_app.command("list")
+def prices_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
+    """The price book, oldest entry first per model."""
+    from gateway.db import crud
+
+    with _sessions(settings())() as session:
+        book = crud.price_book(session)
+    typer.echo("model\teffective_from\tinput\tcache_read\tcache_write\toutput\tcurrency\tsource")
+    for p in book.entries(model):
+        typer.echo(f"{p.model}\t{p.effective_from:%Y-%m-%dT%H:%M:%SZ}\t{p.input}\t{p.cache_read}"
+                   f"\t{'' if p.cache_write is None else p.cache_write}\t{p.output}"
+                   f"\t{p.currency}\t{p.source}")
+
+
+@billing_app.command("statement")
+def billing_statement(
+    tenant: Annotated[str, typer.Option(help="Tenant name.")],
+    start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
+    end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
+    format: Annotated[str, typer.Option(help="json or csv.")] = "json",
+) -> None:
+    """Print a tenant's statement, the same bytes as the billing API."""
+    from gateway import billing
+    from gateway.db import crud
+
+    if format not in ("json", "csv"):
+        fail("--format must be json or csv")
+    with _sessions(settings())() as session:
+        statement = billing.build_statement(
+            session, tenant=crud.get_tenant(session, name=tenant),
+            start=date.fromisoformat(start), end=date.fromisoformat(end),
+        )
+    sys.stdout.buffer.write(billing.render(statement, format)[0])
+
+
+def main() -> None:
+    from gateway.errors import KvgateError
+
+    try:
+        app()
+    except (KvgateError, ConfigError) as exc:
+        typer.secho(f"error: {getattr(exc, 'message', exc)}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,118 @@
+"""Settings (environment, prefix ``KVGATE_``) and the deployments file (``kvgate.yaml``).
+
+One ``Settings`` object is built at the edge (CLI) and passed into ``create_app``;
+nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "dev-secret", "secret", "kvgate-dev-secret"}
+DEV_SECRET = "kvgate-dev-secret"
+DEV_ADMIN_TOKEN = "kvgate-dev-admin"
+
+
+class ConfigError(ValueError):
+    """A settings value or deployments file that cannot be used."""
+
+
+class Deployment(BaseModel):
+    """One model name clients use, and where its requests go."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    backend: Literal["vllm"] = "vllm"
+    replicas: tuple[HttpUrl, ...] = Field(min_length=1)
+    # The price-book model this deployment bills as (default: its own name).
+    price_model: str | None = None
+    # The model name the replicas know (default: the deployment name).
+    upstream_model: str | None = None
+    policy: str = "round-robin"
+    tunables: dict[str, float] = Field(default_factory=dict)
+    block_size: int = Field(default=16, ge=1)
+    capacity_blocks: int = Field(default=2048, ge=1)
+    timeout_s: float = Field(default=600.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+
+    @property
+    def bills_as(self) -> str:
+        return self.price_model or self.name
+
+    @property
+    def served_name(self) -> str:
+        return self.upstream_model or self.name
+
+    @property
+    def replica_urls(self) -> tuple[str, ...]:
+        return tuple(str(url).rstrip("/") for url in self.replicas)
+
+
+class DeploymentsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    models: tuple[Deployment, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> DeploymentsFile:
+        names = [d.name for d in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"model names must be unique: {duplicates}")
+        return self
+
+
+def load_deployments(path: Path | None) -> tuple[Deployment, ...]:
+    """Read and validate the deployments file; no file means no models."""
+    if path is None:
+        return ()
+    try:
+        document: Any = yaml.safe_load(path.read_text()) or {}
+        return DeploymentsFile.model_validate(document).models
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+class Settings(BaseSettings):
+    """Everything the gateway is configured with."""
+
+    model_config = SettingsConfigDict(env_prefix="KVGATE_", extra="ignore")
+
+    environment: Literal["development", "production"] = "development"
+    database_url: str = "sqlite:///kvgate.db"
+    config: Path | None = None
+    secret: str = DEV_SECRET
+    admin_token: str = DEV_ADMIN_TOKEN
+    journal_dir: Path = Path("var/journal")
+    # fdatasync each journal group: records survive a machine crash, not only a process one.
+    journal_sync: bool = True
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    recorder_batch_size: int = Field(default=500, ge=1)
+    recorder_flush_interval_s: float = Field(default=0.2, gt=0)
+    # When the journal cannot be written: refuse requests (503) rather than serve unrecorded.
+    refuse_when_unrecordable: bool = True
+    key_refresh_s: float = Field(default=5.0, gt=0)
+    price_refresh_s: float = Field(default=30.0, gt=0)
+    health_interval_s: float = Field(default=5.0, gt=0)
+    replica_cooldown_s: float = Field(default=5.0, gt=0)
+    log_level: str = "info"
+
+    @model_validator(mode="after")
+    def _no_placeholder_secrets_in_production(self) -> Settings:
+        if self.environment == "production":
+            if self.secret in PLACEHOLDER_SECRETS or len(self.secret) < 16:
+                raise ValueError("KVGATE_SECRET must be set to a real secret in production")
+            if self.admin_token in PLACEHOLDER_SECRETS | {DEV_ADMIN_TOKEN}:
+                raise ValueError("KVGATE_ADMIN_TOKEN must be set in production")
+        return self
+
+    def deployments(self) -> tuple[Deployment, ...]:
+        return load_deployments(self.config)

@@ -1,0 +1,125 @@
+"""``kvgate demo``: everything local, nothing to set up.
+
+Two simulated replicas as child processes, the gateway in this process on SQLite, the
+demo price catalog, and a demo tenant with a key (kept in the demo folder so that a second
+run prints the same key). Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+from gateway.config import Settings
+from gateway.auth import hash_key
+from gateway.db import crud
+from gateway.db.migrate import upgrade
+from gateway.db.session import make_engine, session_factory, transaction
+from gateway.errors import NotFound
+from pricing.book import load_catalog
+
+DEMO_MODEL = "kvgate/demo-llama-8b"
+DEMO_TENANT = "demo"
+
+
+def write_config(path: Path, sim_ports: list[int]) -> Path:
+    """The deployments file: one model served by the simulated replicas."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"models": [{
+        "name": DEMO_MODEL,
+        "backend": "vllm",
+        "replicas": [f"http://127.0.0.1:{port}" for port in sim_ports],
+        "policy": "round-robin",
+        "block_size": 16,
+        "capacity_blocks": 4096,
+    }]}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def prepare_database(settings: Settings, key_file: Path) -> str:
+    """Migrate, load prices, and make sure the demo tenant has a working key."""
+    upgrade(settings.database_url)
+    sessions = session_factory(make_engine(settings.database_url))
+    with transaction(sessions) as session:
+        crud.add_prices(session, prices=load_catalog())
+        if key_file.exists():
+            key = key_file.read_text().strip()
+            if hash_key(key) in crud.active_principals(session):
+                return key
+        try:
+            crud.get_tenant(session, name=DEMO_TENANT)
+        except NotFound:
+            crud.create_tenant(session, name=DEMO_TENANT)
+        issued = crud.create_key(session, tenant_name=DEMO_TENANT)
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(issued.key + "\n")
+    key_file.chmod(0o600)
+    return issued.key
+
+
+def wait_ready(url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not become ready in {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def children(commands: list[list[str]], log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Child processes that are stopped (TERM, then KILL) however the block ends."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for number, command in enumerate(commands):
+            log = open(log_dir / f"child-{number}.log", "wb")  # noqa: SIM115 (lives with the child)
+            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        yield processes
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def run_demo(settings: Settings, *, port: int, sim_ports: list[int], workdir: Path) -> None:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = write_config(workdir / "kvgate.yaml", sim_ports)
+    settings = settings.model_copy(update={"config": config})
+    key = prepare_database(settings, workdir / "demo-key.txt")
+    sims = [[sys.executable, "-m", "gateway.cli", "sim", "--port", str(p), "--model", DEMO_MODEL]
+            for p in sim_ports]
+    with children(sims, workdir / "logs"):
+        for sim_port in sim_ports:
+            wait_ready(f"http://127.0.0.1:{sim_port}/health")
+        print(f"""
+kvgate demo
+  gateway   http://127.0.0.1:{port}/v1   (model {DEMO_MODEL})
+  replicas  {', '.join(f'http://127.0.0.1:{p}' for p in sim_ports)}  (simulated vLLM)
+  database  {settings.database_url}
+  api key   {key}
+
+  from openai import OpenAI
+  client = OpenAI(base_url="http://127.0.0.1:{port}/v1", api_key="{key}")
+
+Ctrl-C stops everything.
+""", flush=True)
+        uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")

@@ -1,0 +1,136 @@
+"""One error tree, mapped once to OpenAI-style error JSON.
+
+    KvgateError                      (status, type, code)
+    ├── InvalidRequest               400 invalid_request_error
+    │   ├── BodyTooLarge             413 invalid_request_error / request_too_large
+    │   └── ModelNotFound            404 invalid_request_error / model_not_found
+    ├── AuthenticationFailed         401 authentication_error / invalid_api_key
+    ├── PermissionDenied             403 permission_error
+    ├── NotFound                     404 not_found_error
+    ├── Unrecordable                 503 service_unavailable / recorder_unavailable
+    └── UpstreamError                502 upstream_error
+        └── UpstreamUnavailable      503 upstream_error / no_healthy_replica
+
+Handlers raise these and never catch; ``install`` maps them (and FastAPI's validation
+errors, and anything unexpected) to ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+log = logging.getLogger("kvgate.errors")
+
+
+class KvgateError(Exception):
+    status = 500
+    type = "internal_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequest(KvgateError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class ModelNotFound(InvalidRequest):
+    status = 404
+    code = "model_not_found"
+
+
+class AuthenticationFailed(KvgateError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(KvgateError):
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(KvgateError):
+    status = 404
+    type = "not_found_error"
+
+
+class Unrecordable(KvgateError):
+    status = 503
+    type = "service_unavailable"
+    code = "recorder_unavailable"
+
+
+class UpstreamError(KvgateError):
+    status = 502
+    type = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "no_healthy_replica"
+
+
+def error_body(message: str, type_: str, *, param: str | None = None, code: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+def error_response(exc: KvgateError) -> Response:
+    body = error_body(exc.message, exc.type, param=exc.param, code=exc.code)
+    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+    return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
+
+
+async def _kvgate_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, KvgateError)
+    return error_response(exc)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
+    message = f"{'.'.join(location) or 'request'}: {first.get('msg', 'invalid request')}"
+    return error_response(InvalidRequest(message, param=".".join(location) or None))
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    mapped: dict[int, type[KvgateError]] = {
+        401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound, 413: BodyTooLarge,
+    }
+    cls = mapped.get(exc.status_code, InvalidRequest if exc.status_code < 500 else KvgateError)
+    error = cls(str(exc.detail))
+    error.status = exc.status_code
+    return error_response(error)
+
+
+async def _unexpected(_request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(KvgateError("internal error; the request id is in x-request-id"))
+
+
+def install(app: FastAPI) -> None:
+    """Map every error to the OpenAI error shape, once, for the whole app."""
+    app.add_exception_handler(KvgateError, _kvgate_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,85 @@
+"""Prometheus metrics, one registry per app (no globals: several apps can share a process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gateway.accounting.records import Record
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "kvgate_requests", "Requests (attempts) by outcome",
+            ["model", "upstream", "status"], registry=r,
+        )
+        self.tokens = Counter(
+            "kvgate_tokens", "Tokens by class", ["model", "token_class"], registry=r
+        )
+        self.cost = Counter("kvgate_cost_usd", "Cost in USD", ["model"], registry=r)
+        self.saved = Counter(
+            "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model"], registry=r
+        )
+        self.unpriced = Counter(
+            "kvgate_unpriced_requests", "Requests for a model with no price in force",
+            ["model"], registry=r,
+        )
+        self.ttft = Histogram(
+            "kvgate_ttft_seconds", "Time to first token", ["model"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.latency = Histogram(
+            "kvgate_request_duration_seconds", "Request duration", ["model", "upstream"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.recorder_backlog = Gauge(
+            "kvgate_recorder_backlog", "Records journaled but not yet in the database", registry=r
+        )
+        self.journal_bytes = Gauge(
+            "kvgate_journal_bytes", "Size of the local record journal", registry=r
+        )
+        self.database_up = Gauge(
+            "kvgate_database_up", "1 when the recorder last reached the database", registry=r
+        )
+        self.replica_up = Gauge(
+            "kvgate_replica_up", "1 when a replica is taken for routing", ["model", "replica"],
+            registry=r,
+        )
+        self.replica_in_flight = Gauge(
+            "kvgate_replica_in_flight", "Requests in flight per replica", ["model", "replica"],
+            registry=r,
+        )
+
+    def observe(self, record: Record) -> None:
+        """Count one finished attempt."""
+        model, usage = record.model, record.usage
+        self.requests.labels(model, record.upstream, record.status.value).inc()
+        for token_class, count in (
+            ("uncached", usage.uncached_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+            ("output", usage.output_tokens),
+        ):
+            if count:
+                self.tokens.labels(model, token_class).inc(count)
+        if record.priced:
+            self.cost.labels(model).inc(float(record.cost.total))
+            self.saved.labels(model).inc(float(record.cost.saved))
+        else:
+            self.unpriced.labels(model).inc()
+        if record.first_token_at is not None:
+            self.ttft.labels(model).observe(
+                (record.first_token_at - record.started_at).total_seconds()
+            )
+        self.latency.labels(model, record.upstream).observe(
+            (record.ended_at - record.started_at).total_seconds()
+        )
+
+    def collect_gauges(self, update: Callable[[Metrics], None]) -> None:
+        update(self)

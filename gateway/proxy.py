@@ -1,0 +1,319 @@
+"""The request path for vLLM deployments: choose a replica, call it, price, record.
+
+    Call ─▶ upstream body (model, cache_salt, include_usage) ─▶ fleet.choose
+         ─▶ aiohttp call (one failover on connect errors, as a new attempt)
+         ─▶ Usage ─▶ price in force at the attempt's start ─▶ Cost ─▶ Record (durable)
+         ─▶ the upstream's response, with usage.cost added, last
+
+Streams pass through event by event; the usage-only chunk and ``[DONE]`` are held back
+until the record is durable, so a client that saw a stream finish always has its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from gateway.accounting.recorder import Recorder
+from gateway.accounting.records import Record, Status
+from gateway.api.calls import Call
+from gateway.auth import Principal, cache_salt
+from gateway.config import Deployment
+from gateway.errors import KvgateError, UpstreamError, UpstreamUnavailable, error_body
+from gateway.metrics import Metrics
+from gateway.routing.fleet import Fleet, Replica
+from gateway.upstream import sse
+from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
+from gateway.usage import Usage, UsageSource, from_openai
+from pricing.book import PriceBook
+from pricing.cost import Cost, compute
+
+log = logging.getLogger("kvgate.proxy")
+MAX_ATTEMPTS = 2
+CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try of a request on one replica."""
+
+    request_id: str
+    number: int
+    replica: Replica
+    started_at: datetime = field(default_factory=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    request_id: str
+    interaction_id: str
+    principal: Principal
+    deployment: Deployment
+    call: Call
+
+
+class Proxy:
+    """Everything a vLLM request needs, built once by the app's lifespan."""
+
+    def __init__(self, *, secret: str, session: aiohttp.ClientSession,
+                 fleets: dict[str, Fleet], recorder: Recorder, metrics: Metrics,
+                 book: PriceBook) -> None:
+        self.secret = secret
+        self.session = session
+        self.fleets = fleets
+        self.recorder = recorder
+        self.metrics = metrics
+        self.book = book
+        self._background: set[asyncio.Task[None]] = set()
+        self._unpriced_logged: set[str] = set()
+
+    # -- building blocks ------------------------------------------------------------------
+
+    def upstream_body(self, ctx: Context) -> bytes:
+        """The client's body, with the served model name, tenant salt and usage asked for."""
+        call = ctx.call
+        body = dict(call.body)
+        body["model"] = ctx.deployment.served_name
+        body["cache_salt"] = cache_salt(self.secret, ctx.principal.cache_scope, call.client_salt)
+        if call.stream:
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return orjson.dumps(body)
+
+    def _timeout(self, deployment: Deployment) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=deployment.timeout_s, sock_connect=deployment.connect_timeout_s
+        )
+
+    def _start(self, ctx: Context, number: int, tried: set[str]) -> Attempt:
+        fleet = self.fleets[ctx.deployment.name]
+        replica = fleet.choose(exclude=frozenset(tried))
+        tried.add(replica.url)
+        request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"
+        replica.in_flight += 1
+        return Attempt(request_id=request_id, number=number, replica=replica)
+
+    def make_record(self, ctx: Context, attempt: Attempt, *, status: Status, usage: Usage,
+                    first_token_at: datetime | None = None, finish_reason: str | None = None,
+                    error: str | None = None) -> Record:
+        """Price the attempt with the entry in force at its start."""
+        model = ctx.deployment.bills_as
+        price = self.book.price_for(model, at=attempt.started_at)
+        if price is None and model not in self._unpriced_logged:
+            self._unpriced_logged.add(model)
+            log.warning("no price in force for model %r: its requests are recorded unpriced", model)
+        return Record(
+            request_id=attempt.request_id,
+            tenant_id=ctx.principal.tenant_id,
+            api_key_id=ctx.principal.api_key_id,
+            interaction_id=ctx.interaction_id,
+            attempt=attempt.number,
+            model=ctx.deployment.name,
+            deployment=ctx.deployment.name,
+            upstream=attempt.replica.url,
+            policy=ctx.deployment.policy,
+            started_at=attempt.started_at,
+            first_token_at=first_token_at,
+            ended_at=now(),
+            status=status,
+            finish_reason=finish_reason,
+            usage=usage,
+            price_id=price.id if price else None,
+            cost=compute(usage, price) if price else Cost(),
+            stream=ctx.call.stream,
+            error=error,
+        )
+
+    async def _keep(self, record: Record) -> None:
+        await self.recorder.record(record)
+        self.metrics.observe(record)
+
+    def _keep_later(self, record: Record) -> None:
+        """Record from a cancelled task, where awaiting is no longer possible."""
+        task = asyncio.ensure_future(self._keep(record))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _fail(self, ctx: Context, attempt: Attempt, error: KvgateError) -> None:
+        await self._keep(self.make_record(
+            ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message))
+
+    # -- non-streaming ----------------------------------------------------------------------
+
+    async def complete(self, ctx: Context) -> Response:
+        body, tried = self.upstream_body(ctx), set[str]()
+        fleet = self.fleets[ctx.deployment.name]
+        for number in range(1, MAX_ATTEMPTS + 1):
+            attempt = self._start(ctx, number, tried)
+            url = attempt.replica.url + ctx.call.endpoint.value
+            try:
+                reply = await post_json(self.session, url, body, timeout=self._timeout(ctx.deployment))
+            except UpstreamConnectError as exc:
+                fleet.mark_down(attempt.replica)
+                await self._fail(ctx, attempt, exc)
+                if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
+                    raise UpstreamUnavailable(exc.message) from exc
+                continue
+            except UpstreamError as exc:
+                await self._fail(ctx, attempt, exc)
+                raise
+            finally:
+                attempt.replica.in_flight -= 1
+            return await self._finish(ctx, attempt, reply.status, reply.body)
+        raise AssertionError("unreachable")
+
+    async def _finish(self, ctx: Context, attempt: Attempt, status: int, raw: bytes) -> Response:
+        data = _json_object(raw)
+        if status != 200 or data is None:
+            error = _upstream_error(status, data, raw)
+            await self._fail(ctx, attempt, error)
+            if 400 <= status < 500 and data is not None:
+                return Response(raw, status_code=status, media_type="application/json")
+            raise error
+        usage = from_openai(data.get("usage"))
+        choices = data.get("choices") or [{}]
+        record = self.make_record(
+            ctx, attempt, status=Status.COMPLETED, usage=usage, first_token_at=None,
+            finish_reason=(choices[0] or {}).get("finish_reason"),
+        )
+        await self._keep(record)
+        data["usage"] = _billed_usage(data.get("usage"), record)
+        return Response(orjson.dumps(data), media_type="application/json")
+
+    # -- streaming --------------------------------------------------------------------------
+
+    async def open_stream(self, ctx: Context) -> Response:
+        """Connect (with failover) and answer with a stream, or with the upstream's error."""
+        body, tried = self.upstream_body(ctx), set[str]()
+        fleet = self.fleets[ctx.deployment.name]
+        for number in range(1, MAX_ATTEMPTS + 1):
+            attempt = self._start(ctx, number, tried)
+            url = attempt.replica.url + ctx.call.endpoint.value
+            upstream = UpstreamStream(self.session, url, body, self._timeout(ctx.deployment))
+            try:
+                status = await upstream.open()
+            except UpstreamConnectError as exc:
+                attempt.replica.in_flight -= 1
+                fleet.mark_down(attempt.replica)
+                await self._fail(ctx, attempt, exc)
+                if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
+                    raise UpstreamUnavailable(exc.message) from exc
+                continue
+            except UpstreamError as exc:
+                attempt.replica.in_flight -= 1
+                await self._fail(ctx, attempt, exc)
+                raise
+            if status != 200:
+                raw = await upstream.read_all()
+                await upstream.close()
+                attempt.replica.in_flight -= 1
+                return await self._finish(ctx, attempt, status, raw)
+            return StreamingResponse(
+                self._relay(ctx, attempt, upstream), media_type="text/event-stream",
+                headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            )
+        raise AssertionError("unreachable")
+
+    async def _relay(self, ctx: Context, attempt: Attempt,
+                     upstream: UpstreamStream) -> AsyncIterator[bytes]:
+        state, splitter = sse.StreamState(), sse.EventSplitter()
+        first_token_at: datetime | None = None
+        usage_chunk: dict[str, Any] | None = None
+        error: UpstreamError | None = None
+        try:
+            async for data in upstream.chunks():
+                for event in splitter.feed(data):
+                    if first_token_at is None:
+                        first_token_at = now()
+                    held = sse.inspect(event, state)
+                    if held is not None:
+                        usage_chunk = held
+                    elif not state.saw_done:
+                        yield event
+        except UpstreamError as exc:
+            error = exc
+        except BaseException:
+            # The client went away: the upstream request is cancelled by closing it below.
+            self._keep_later(self._stream_record(ctx, attempt, state, first_token_at,
+                                                 Status.CANCELLED, "client disconnected"))
+            raise
+        finally:
+            await upstream.close()
+            attempt.replica.in_flight -= 1
+        if error is None and not state.saw_done:
+            error = UpstreamError("upstream stream ended before [DONE]")
+        status = Status.FAILED if error else Status.COMPLETED
+        record = self._stream_record(ctx, attempt, state, first_token_at, status,
+                                     error.message if error else None)
+        await self._keep(record)
+        if error is not None:
+            yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
+            return
+        if ctx.call.client_wants_usage and usage_chunk is not None:
+            usage_chunk["usage"] = _billed_usage(usage_chunk.get("usage"), record)
+            yield sse.encode(usage_chunk)
+        yield sse.DONE + b"\n\n"
+
+    def _stream_record(self, ctx: Context, attempt: Attempt, state: sse.StreamState,
+                       first_token_at: datetime | None, status: Status,
+                       error: str | None) -> Record:
+        if state.usage is not None:
+            usage = from_openai(state.usage)
+        else:
+            # No usage chunk: the stream ended early. Estimate, and say so.
+            usage = Usage(
+                uncached_tokens=ctx.call.prompt_chars // CHARS_PER_TOKEN,
+                output_tokens=state.content_events,
+                source=UsageSource.ESTIMATED,
+            )
+        return self.make_record(ctx, attempt, status=status, usage=usage,
+                                first_token_at=first_token_at,
+                                finish_reason=state.finish_reason, error=error)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _upstream_error(status: int, data: dict[str, Any] | None, raw: bytes) -> UpstreamError:
+    message = None
+    if data is not None:
+        error = data.get("error")
+        message = error.get("message") if isinstance(error, dict) else data.get("message")
+    return UpstreamError(f"upstream answered {status}: {message or raw[:200]!r}")
+
+
+def _billed_usage(usage: Any, record: Record) -> dict[str, Any]:
+    """The upstream's usage with cached tokens always present and the cost added."""
+    billed = dict(usage) if isinstance(usage, dict) else {}
+    details = billed.get("prompt_tokens_details")
+    details = dict(details) if isinstance(details, dict) else {}
+    details.setdefault("cached_tokens", record.usage.cache_read_tokens)
+    if details["cached_tokens"] is None:
+        details["cached_tokens"] = record.usage.cache_read_tokens
+    billed["prompt_tokens_details"] = details
+    billed["cost"] = f"{record.cost.total:f}" if record.priced else None
+    return billed
+
+

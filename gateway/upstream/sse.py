@@ -1,0 +1,88 @@
+"""Server-sent events as upstreams send them: split into whole events, usage captured.
+
+Only the few events that can carry what we bill on are parsed as JSON: the usage chunk
+and the chunk with a finish reason. Everything else passes through as bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+DONE = b"data: [DONE]"
+
+
+@dataclass(slots=True)
+class StreamState:
+    """What a stream has told us so far."""
+
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    content_events: int = 0
+    saw_done: bool = False
+    extra_chunks: list[dict[str, Any]] = field(default_factory=list)
+
+
+class EventSplitter:
+    """Feed raw bytes, get back complete events (each ending in a blank line)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._buffer += data.replace(b"\r\n", b"\n")
+        while True:
+            end = self._buffer.find(b"\n\n")
+            if end < 0:
+                return
+            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
+            yield event
+
+    def rest(self) -> bytes:
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def payload(event: bytes) -> bytes | None:
+    """The data of a one-line ``data:`` event, or None for comments and other fields."""
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            return line[5:].strip()
+    return None
+
+
+def inspect(event: bytes, state: StreamState) -> dict[str, Any] | None:
+    """Update ``state`` from one event; return the parsed chunk when it is usage-only."""
+    data = payload(event)
+    if data is None:
+        return None
+    if data == b"[DONE]":
+        state.saw_done = True
+        return None
+    has_usage = b'"usage":{' in data or b'"usage": {' in data
+    has_finish = b'"finish_reason":"' in data or b'"finish_reason": "' in data
+    if not (has_usage or has_finish):
+        state.content_events += 1
+        return None
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(chunk, dict):
+        return None
+    for choice in chunk.get("choices") or ():
+        if isinstance(choice, dict) and choice.get("finish_reason"):
+            state.finish_reason = str(choice["finish_reason"])
+    if isinstance(chunk.get("usage"), dict):
+        state.usage = chunk["usage"]
+    if chunk.get("choices"):
+        state.content_events += 1
+        return None
+    return chunk if has_usage else None
+
+
+def encode(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"

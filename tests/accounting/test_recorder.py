@@ -1,0 +1,126 @@
+"""The recorder: durable journal first, database in batches, replay after a crash."""
+
+import asyncio
+import os
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from gateway.accounting.journal import Journal, segments
+from gateway.accounting.recorder import Recorder, insert_records, wait_until
+from gateway.db.migrate import upgrade
+from gateway.db.models import RequestRow
+from gateway.db.session import make_engine
+from tests.test_records import make_record
+
+
+def count_rows(engine) -> int:  # type: ignore[no-untyped-def]
+    with engine.connect() as connection:
+        return int(connection.scalar(select(func.count()).select_from(RequestRow)) or 0)
+
+
+async def test_concurrent_records_share_journal_writes(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, sync=True)
+    journal.open()
+    writes = 0
+    original = journal._write
+
+    def counting(data: bytes) -> None:
+        nonlocal writes
+        writes += 1
+        original(data)
+
+    journal._write = counting  # type: ignore[method-assign]
+    await asyncio.gather(*(journal.append(b'{"n": %d}' % n) for n in range(200)))
+    journal.close()
+    assert journal.path is not None
+    lines = journal.path.read_bytes().splitlines()
+    assert sorted(lines) == sorted(b'{"n": %d}' % n for n in range(200))
+    assert writes < 20  # grouped, not one write per record
+
+
+async def test_records_reach_the_database_and_the_journal_is_emptied(database_url: str,
+                                                                     tmp_path: Path) -> None:
+    engine = make_engine(database_url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.02, batch_size=7)
+    recorder.start()
+    await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(50)))
+    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 50, 10)
+    await recorder.stop()
+    assert recorder.stats.written == 50 and recorder.backlog == 0
+    assert segments(tmp_path) == []
+    engine.dispose()
+
+
+async def test_a_dead_process_segment_is_replayed_once_and_a_torn_line_dropped(
+    database_url: str, tmp_path: Path
+) -> None:
+    orphan = tmp_path / "999999-000001.jsonl"
+    lines = [make_record(f"req_{n}").to_json() for n in range(10)]
+    orphan.write_bytes(b"\n".join(lines) + b"\n" + lines[0][:40])  # torn by the crash
+    engine = make_engine(database_url)
+    insert_records(engine, [make_record("req_3")])  # already written before the crash
+    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.02)
+    recorder.start()
+    assert await asyncio.to_thread(wait_until, lambda: not orphan.exists(), 10)
+    await recorder.stop()
+    assert count_rows(engine) == 10
+    assert recorder.stats.replayed == 10
+    engine.dispose()
+
+
+async def test_a_live_process_segment_is_left_alone(database_url: str, tmp_path: Path) -> None:
+    other = Journal(tmp_path, sync=False)
+    other.open()  # holds the flock, like a live gateway worker
+    await other.append(make_record("req_live").to_json())
+    assert other.path is not None and other.path.name.startswith(f"{os.getpid()}-")
+    assert other.path.name.startswith(other.prefix)
+    # Pretend it belongs to another process: rename keeps the lock on the open file.
+    foreign = tmp_path / "888888-000001.jsonl"
+    other.path.rename(foreign)
+    engine = make_engine(database_url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path / "own", flush_interval_s=0.02)
+    recorder.journal.directory = tmp_path
+    recorder.start()
+    await asyncio.sleep(0.3)
+    assert foreign.exists() and count_rows(engine) == 0
+    other.close()  # the process "dies": its lock goes
+    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 1, 10)
+    await recorder.stop()
+    engine.dispose()
+
+
+async def test_records_wait_in_the_journal_while_the_database_is_down(tmp_path: Path) -> None:
+    database_dir = tmp_path / "db-not-there-yet"
+    url = f"sqlite:///{database_dir / 'kvgate.db'}"
+    engine = make_engine(url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path / "journal", flush_interval_s=0.02)
+    recorder.start()
+    await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(20)))
+    assert await asyncio.to_thread(wait_until, lambda: recorder.stats.db_errors > 0, 5)
+    assert not recorder.stats.db_healthy and recorder.backlog == 20
+    database_dir.mkdir()
+    upgrade(url)  # the database comes back
+    assert await asyncio.to_thread(wait_until, lambda: recorder.backlog == 0, 15)
+    await recorder.stop()
+    assert recorder.stats.db_healthy and count_rows(engine) == 20
+    engine.dispose()
+
+
+async def test_stop_leaves_what_it_could_not_write_for_the_next_start(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing' / 'kvgate.db'}"
+    engine = make_engine(url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path / "journal", flush_interval_s=0.02)
+    recorder.start()
+    await recorder.record(make_record("req_kept"))
+    await recorder.stop(timeout_s=0.5)
+    engine.dispose()
+    assert [p.stat().st_size > 0 for p in segments(tmp_path / "journal")] == [True]
+    (tmp_path / "missing").mkdir()
+    upgrade(url)
+    engine = make_engine(url)
+    again = Recorder(engine=engine, journal_dir=tmp_path / "journal", flush_interval_s=0.02)
+    again.start()
+    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 1, 10)
+    await again.stop()
+    engine.dispose()

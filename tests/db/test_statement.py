@@ -1,0 +1,143 @@
+"""Statements: line items per day × model × price entry; totals are exact sums."""
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import orjson
+import pytest
+
+from gateway import billing
+from gateway.accounting.recorder import insert_records
+from gateway.accounting.records import Record, Status
+from gateway.db import crud
+from gateway.db.session import make_engine, session_factory, transaction
+from gateway.errors import InvalidRequest
+from gateway.usage import Usage
+from pricing.book import PriceBook, price_from_mapping
+from pricing.cost import Cost, compute
+
+D = Decimal
+JAN = price_from_mapping({"model": "m", "effective_from": "2026-01-01", "input": "0.20",
+                          "cache_read": "0.02", "output": "0.60"})
+JUL = price_from_mapping({"model": "m", "effective_from": "2026-07-01", "input": "0.15",
+                          "cache_read": "0.015", "output": "0.45"})
+BOOK = PriceBook([JAN, JUL])
+
+
+def record(n: int, tenant: str, started: datetime, usage: Usage, *, status: Status = Status.COMPLETED,
+           interaction: str | None = None, model: str = "m") -> Record:
+    price = BOOK.price_for(model, at=started)
+    return Record(
+        request_id=f"req_{tenant}_{n}", tenant_id=tenant, api_key_id="key", model=model,
+        interaction_id=interaction or f"i{n}", deployment=model, upstream="http://r1",
+        started_at=started, ended_at=started + timedelta(seconds=1), status=status, usage=usage,
+        price_id=price.id if price else None, cost=compute(usage, price) if price else Cost(),
+    )
+
+
+@pytest.fixture
+def world(database_url: str):  # type: ignore[no-untyped-def]
+    engine = make_engine(database_url)
+    sessions = session_factory(engine)
+    with transaction(sessions) as session:
+        crud.add_prices(session, prices=[JAN, JUL])
+        a = crud.create_tenant(session, name="a").id
+        b = crud.create_tenant(session, name="b").id
+    june30 = datetime(2026, 6, 30, 23, 59, 59, tzinfo=UTC)
+    july1 = datetime(2026, 7, 1, 0, 0, 0, tzinfo=UTC)
+    records = [
+        record(1, a, june30, Usage(1000, 0, 0, 100)),                      # JAN prices
+        record(2, a, june30, Usage(200, 800, 0, 50)),
+        record(3, a, july1, Usage(333, 777, 0, 999), interaction="conv"),  # failed, retried
+        record(4, a, july1, Usage(0, 0, 0, 0), status=Status.FAILED, interaction="conv"),
+        record(5, a, july1 + timedelta(hours=5), Usage(7, 0, 0, 1), model="unpriced"),
+        record(6, b, july1, Usage(10**6, 0, 0, 0)),                        # another tenant
+    ]
+    insert_records(engine, records)
+    yield sessions, a, b, records
+    engine.dispose()
+
+
+def test_lines_group_by_day_model_and_price_with_exact_sums(world) -> None:  # type: ignore[no-untyped-def]
+    sessions, a, _b, records = world
+    with sessions() as session:
+        tenant = crud.get_tenant(session, name="a")
+        statement = billing.build_statement(session, tenant=tenant, start=date(2026, 6, 30),
+                                            end=date(2026, 7, 1))
+    lines = [(l.day, l.model, l.price_id, l.requests, l.completed_interactions,
+              l.uncached_tokens, l.cache_read_tokens, l.output_tokens, l.cost_total)
+             for l in statement.lines]
+    assert lines == [
+        # 1200 × 0.20 + 800 × 0.02 + 150 × 0.60 (per 1M) = 0.000240 + 0.000016 + 0.000090
+        ("2026-06-30", "m", JAN.id, 2, 2, 1200, 800, 150, D("0.000346000")),
+        # 333 × 0.15 + 777 × 0.015 + 999 × 0.45 = 0.00004995 + 0.000011655 + 0.00044955
+        ("2026-07-01", "m", JUL.id, 2, 1, 333, 777, 999, D("0.000511155")),
+        ("2026-07-01", "unpriced", None, 1, 1, 7, 0, 1, D("0E-9")),
+    ]
+    own = [r for r in records if r.tenant_id == a]
+    assert statement.totals.cost_total == sum((r.cost.total for r in own), D(0))
+    assert statement.totals.cost_total == D("0.000857155")
+    assert statement.totals.requests == 5
+    assert statement.totals.completed_interactions == 4
+    assert statement.totals.cost_per_completed_interaction == D("0.000214289")  # 0.00021428875
+    assert statement.lines[0].input_rate == D("0.200000000")
+    assert statement.lines[2].input_rate is None
+
+
+def test_a_statement_holds_nothing_of_another_tenant(world) -> None:  # type: ignore[no-untyped-def]
+    sessions, _a, b, _records = world
+    with sessions() as session:
+        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="b"),
+                                            start=date(2026, 1, 1), end=date(2026, 12, 31))
+    assert [(l.requests, l.uncached_tokens, l.cost_total) for l in statement.lines] == [
+        (1, 10**6, D("0.150000000"))]
+
+
+def test_days_outside_the_period_are_left_out(world) -> None:  # type: ignore[no-untyped-def]
+    sessions, *_ = world
+    with sessions() as session:
+        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
+                                            start=date(2026, 7, 1), end=date(2026, 7, 1))
+    assert {l.day for l in statement.lines} == {"2026-07-01"}
+    assert statement.totals.requests == 3
+
+
+def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  # type: ignore[no-untyped-def]
+    sessions, *_ = world
+    with sessions() as session:
+        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
+                                            start=date(2026, 6, 30), end=date(2026, 7, 1))
+    document = orjson.loads(billing.to_json(statement))
+    assert document["totals"]["cost_total"] == "0.000857155"
+    assert document["line_items"][0]["cost_total"] == "0.000346000"
+    assert document["line_items"][2]["cost_total"] == "0.000000000"
+    assert document["line_items"][0]["input_rate"] == "0.200000000"
+    rows = billing.to_csv(statement).decode().splitlines()
+    assert rows[0].startswith("day,model,price_id,currency,requests,completed_interactions,")
+    assert rows[-1].split(",")[0] == "TOTAL"
+    assert rows[-1].split(",")[-1] == "0.000857155"
+
+
+def test_statement_periods_are_checked(world) -> None:  # type: ignore[no-untyped-def]
+    sessions, *_ = world
+    with sessions() as session, pytest.raises(InvalidRequest):
+        billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
+                                start=date(2026, 7, 2), end=date(2026, 7, 1))
+
+
+def test_many_small_costs_sum_exactly(database_url: str) -> None:
+    """10,000 nano-dollar-precise costs: SQL sum equals the Decimal sum, to the digit."""
+    engine = make_engine(database_url)
+    sessions = session_factory(engine)
+    with transaction(sessions) as session:
+        crud.add_prices(session, prices=[JUL])
+        tenant = crud.create_tenant(session, name="t").id
+    start = datetime(2026, 8, 1, tzinfo=UTC)
+    records = [record(n, tenant, start + timedelta(seconds=n), Usage(n % 997 + 1, n % 13, 0, n % 7))
+               for n in range(10_000)]
+    insert_records(engine, records)
+    with sessions() as session:
+        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="t"),
+                                            start=date(2026, 8, 1), end=date(2026, 8, 1))
+    engine.dispose()
+    assert statement.totals.cost_total == sum((r.cost.total for r in records), D(0))

@@ -1,0 +1,118 @@
+"""Real processes on loopback for tests: `kvgate sim` replicas and `kvgate serve` gateways."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before {url} was ready")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} not ready after {timeout_s} s")
+
+
+@dataclass
+class Proc:
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def kvgate(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (``python -m gateway.cli``)."""
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], env=env, text=True,
+                          capture_output=True, check=check, timeout=120)
+
+
+def start_sim(tmp: Path, *, model: str = "kvgate/demo-llama-8b", extra: tuple[str, ...] = (),
+              port: int | None = None) -> Proc:
+    port = port or free_port()
+    log = tmp / f"sim-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "sim", "--port", str(port), "--model", model, *extra],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", process=process)
+    return Proc(process, url, log)
+
+
+def write_config(path: Path, models: list[dict[str, object]]) -> Path:
+    path.write_text(yaml.safe_dump({"models": models}, sort_keys=False))
+    return path
+
+
+def gateway_env(database_url: str, journal_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVGATE_")}
+    env.update({
+        "KVGATE_DATABASE_URL": database_url,
+        "KVGATE_JOURNAL_DIR": str(journal_dir),
+        "KVGATE_KEY_REFRESH_S": "0.5",
+        "KVGATE_PRICE_REFRESH_S": "0.5",
+        "KVGATE_RECORDER_FLUSH_INTERVAL_S": "0.05",
+        "KVGATE_LOG_LEVEL": "warning",
+        **extra,
+    })
+    return env
+
+
+def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None = None) -> Proc:
+    port = port or free_port()
+    log = tmp / f"gateway-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", str(port)],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/healthz", process=process)
+    except Exception:
+        print(log.read_text(errors="replace"))
+        raise
+    return Proc(process, url, log)
+
+
+@contextlib.contextmanager
+def running(*procs: Proc) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.stop()
