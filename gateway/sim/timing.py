@@ -1,0 +1,70 @@
+"""How long a simulated replica takes: shared by the live simulator and the offline replay.
+
+Semantics, per replica:
+
+- at most ``max_num_seqs`` sequences run at once; the rest wait in arrival order (FIFO);
+- a running sequence first prefills its uncached prompt tokens, one prefill at a time in
+  arrival order, taking ``uncached_tokens / prefill_tokens_per_s`` seconds;
+- then each output token takes ``1 / decode_tokens_per_s`` seconds (a per-sequence rate:
+  running sequences decode side by side, none slows the others).
+
+A rate of 0 or infinity means instant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Large enough that no benchmark queues behind it, small enough for asyncio.Semaphore.
+UNLIMITED_SEQS = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class TimingModel:
+    """Prefill and decode rates and the concurrency limit of one replica."""
+
+    prefill_tokens_per_s: float = 10_000.0
+    decode_tokens_per_s: float = 40.0
+    max_num_seqs: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.prefill_tokens_per_s >= 0:
+            raise ValueError("prefill_tokens_per_s must be 0 (instant) or positive")
+        if not self.decode_tokens_per_s >= 0:
+            raise ValueError("decode_tokens_per_s must be 0 (instant) or positive")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be at least 1")
+
+    @classmethod
+    def zero(cls) -> TimingModel:
+        """No delays and no queueing: for measuring the gateway's own overhead."""
+        return cls(
+            prefill_tokens_per_s=math.inf, decode_tokens_per_s=math.inf, max_num_seqs=UNLIMITED_SEQS
+        )
+
+    @property
+    def instant_prefill(self) -> bool:
+        """Whether prefill takes no time at all."""
+        return _instant(self.prefill_tokens_per_s)
+
+    @property
+    def instant_decode(self) -> bool:
+        """Whether output tokens take no time at all."""
+        return _instant(self.decode_tokens_per_s)
+
+    def prefill_seconds(self, uncached_tokens: int) -> float:
+        """Seconds to prefill this many uncached prompt tokens."""
+        if self.instant_prefill:
+            return 0.0
+        return uncached_tokens / self.prefill_tokens_per_s
+
+    def decode_seconds(self, output_tokens: int) -> float:
+        """Seconds to decode this many output tokens for one sequence."""
+        if self.instant_decode:
+            return 0.0
+        return output_tokens / self.decode_tokens_per_s
+
+
+def _instant(rate: float) -> bool:
+    return rate == 0 or math.isinf(rate)
