@@ -6,7 +6,18 @@ know whether cached tokens were counted inside the prompt (OpenAI, vLLM) or on t
 
 - the four classes are disjoint and non-negative;
 - ``prompt_tokens = uncached + cache_read + cache_write`` (derived, never stored);
-- a count the upstream did not report is not invented: ``source`` says where it came from.
+- a count the upstream did not report is not invented: ``source`` says where it came from;
+- ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written with a 1-hour
+  lifetime (Anthropic prices those higher); it is never a fifth class.
+
+Conventions, and why each needs its own reading:
+
+    OpenAI, vLLM    cached INSIDE prompt_tokens (prompt_tokens_details.cached_tokens)
+    Anthropic       cache reads and writes ON TOP of input_tokens; writes split 5m / 1h
+    DeepSeek        prompt_cache_hit_tokens + prompt_cache_miss_tokens = prompt_tokens
+    Gemini          cachedContentTokenCount INSIDE promptTokenCount; thoughts are output
+    OpenRouter      OpenAI's, plus prompt_tokens_details.cache_write_tokens (also inside)
+    litellm         every provider mapped to OpenAI's: reads and writes INSIDE prompt_tokens
 """
 
 from __future__ import annotations
@@ -32,12 +43,16 @@ class Usage:
     cache_write_tokens: int = 0
     output_tokens: int = 0
     source: UsageSource = UsageSource.REPORTED
+    cache_write_1h_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens"):
+        for name in ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+                     "cache_write_1h_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.cache_write_1h_tokens > self.cache_write_tokens:
+            raise ValueError("cache_write_1h_tokens is part of cache_write_tokens, not more")
 
     @property
     def prompt_tokens(self) -> int:
@@ -78,16 +93,107 @@ def from_openai(usage: Mapping[str, Any] | None) -> Usage:
     )
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _writes(total: Any, breakdown: Mapping[str, Any]) -> tuple[int, int]:
+    """(all cache writes, 1-hour writes) from a total and a 5m/1h breakdown, either optional.
+
+    The breakdown wins when it says more than the total: a stream can carry the breakdown in
+    one event and an older total in another.
+    """
+    five = _count(breakdown.get("ephemeral_5m_input_tokens"))
+    hour = _count(breakdown.get("ephemeral_1h_input_tokens"))
+    return max(_count(total), five + hour), hour
+
+
 def from_anthropic(usage: Mapping[str, Any] | None) -> Usage:
     """Anthropic convention: cache reads and writes are counted ON TOP of ``input_tokens``."""
     if not usage:
         return Usage.missing()
+    writes, hour = _writes(usage.get("cache_creation_input_tokens"),
+                           _mapping(usage.get("cache_creation")))
     return Usage(
         uncached_tokens=_count(usage.get("input_tokens")),
         cache_read_tokens=_count(usage.get("cache_read_input_tokens")),
-        cache_write_tokens=_count(usage.get("cache_creation_input_tokens")),
+        cache_write_tokens=writes,
         output_tokens=_count(usage.get("output_tokens")),
+        cache_write_1h_tokens=hour,
     )
+
+
+def from_deepseek(usage: Mapping[str, Any] | None) -> Usage:
+    """DeepSeek convention: hits and misses split ``prompt_tokens``; writes are not billed."""
+    if not usage:
+        return Usage.missing()
+    if "prompt_cache_hit_tokens" not in usage:
+        return from_openai(usage)
+    prompt = _count(usage.get("prompt_tokens"))
+    hits = min(_count(usage.get("prompt_cache_hit_tokens")), prompt)
+    return Usage(uncached_tokens=prompt - hits, cache_read_tokens=hits,
+                 output_tokens=_count(usage.get("completion_tokens")))
+
+
+def _either(usage: Mapping[str, Any], camel: str, snake: str) -> int:
+    return _count(usage.get(camel, usage.get(snake)))
+
+
+def from_gemini(usage: Mapping[str, Any] | None) -> Usage:
+    """Gemini ``usageMetadata`` (camelCase on the wire, snake_case in the SDKs).
+
+    Cached content is inside ``promptTokenCount``; tool-use prompt tokens are input on top of
+    it; thinking tokens are billed as output, beside the candidates.
+    """
+    if not usage:
+        return Usage.missing()
+    prompt = _either(usage, "promptTokenCount", "prompt_token_count")
+    prompt += _either(usage, "toolUsePromptTokenCount", "tool_use_prompt_token_count")
+    cached = min(_either(usage, "cachedContentTokenCount", "cached_content_token_count"), prompt)
+    output = _either(usage, "candidatesTokenCount", "candidates_token_count")
+    output += _either(usage, "thoughtsTokenCount", "thoughts_token_count")
+    return Usage(uncached_tokens=prompt - cached, cache_read_tokens=cached, output_tokens=output)
+
+
+def _inside_prompt(prompt: int, read: int, write: int, hour: int, output: int) -> Usage:
+    """Reads and writes counted inside ``prompt``: cap them so the classes stay disjoint."""
+    read = min(read, prompt)
+    write = min(write, prompt - read)
+    return Usage(uncached_tokens=prompt - read - write, cache_read_tokens=read,
+                 cache_write_tokens=write, output_tokens=output,
+                 cache_write_1h_tokens=min(hour, write))
+
+
+def from_openrouter(usage: Mapping[str, Any] | None) -> Usage:
+    """OpenRouter: OpenAI's convention, with cache writes also inside ``prompt_tokens``."""
+    if not usage:
+        return Usage.missing()
+    details = _mapping(usage.get("prompt_tokens_details"))
+    return _inside_prompt(_count(usage.get("prompt_tokens")), _count(details.get("cached_tokens")),
+                          _count(details.get("cache_write_tokens")), 0,
+                          _count(usage.get("completion_tokens")))
+
+
+def from_litellm(usage: Mapping[str, Any] | None) -> Usage:
+    """litellm's usage, whatever the provider: reads and writes both inside ``prompt_tokens``.
+
+    litellm maps Anthropic's on-top counts into OpenAI's shape (adding them to
+    ``prompt_tokens``) and keeps the originals beside them; the originals are the fallback
+    where a provider's mapping leaves the details empty (DeepSeek's hit count, Anthropic's
+    raw cache fields).
+    """
+    if not usage:
+        return Usage.missing()
+    details = _mapping(usage.get("prompt_tokens_details"))
+    read = details.get("cached_tokens")
+    if not read:
+        read = usage.get("cache_read_input_tokens") or usage.get("prompt_cache_hit_tokens")
+    write = details.get("cache_write_tokens")
+    if write is None:
+        write = details.get("cache_creation_tokens", usage.get("cache_creation_input_tokens"))
+    write, hour = _writes(write, _mapping(details.get("cache_creation_token_details")))
+    return _inside_prompt(_count(usage.get("prompt_tokens")), _count(read), write, hour,
+                          _count(usage.get("completion_tokens")))
 
 
 def to_openai(usage: Usage) -> dict[str, Any]:

@@ -3,6 +3,14 @@
 Prices are data (``pricing/catalog/*.yaml``), validated on load. The look-up takes the
 moment as an argument, so a request is always priced with the entry in force when it
 started, and tests are deterministic.
+
+Real price lists need more than four rates, and an entry can say so:
+
+    cache_write_1h   1-hour cache writes (Anthropic), beside the 5-minute ``cache_write``
+    long_context     ``above: N`` and its own rates: a prompt of more than N tokens is
+                     priced entirely at them (Gemini 2.5 Pro, Claude Sonnet 4 at 200k)
+    tiers            service tier name -> rates (priority, flex, batch), used when the
+                     response reports that tier
 """
 
 from __future__ import annotations
@@ -19,10 +27,37 @@ import yaml
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 RATE_FIELDS = ("input", "cache_read", "cache_write", "output")
+OPTIONAL_RATES = ("cache_write", "cache_write_1h")
+# Names providers report for their ordinary tier: priced with the entry's base rates.
+STANDARD_TIERS = frozenset({"", "default", "standard", "auto", "on_demand"})
 
 
 class PriceError(ValueError):
     """A price entry that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """One set of per-million rates; a missing write rate falls back as ``compute`` says."""
+
+    input: Decimal
+    cache_read: Decimal
+    output: Decimal
+    cache_write: Decimal | None = None
+    cache_write_1h: Decimal | None = None
+
+    def to_mapping(self) -> dict[str, str]:
+        """Decimal strings, exact, without the rates that are not set."""
+        fields = ("input", "cache_read", "cache_write", "cache_write_1h", "output")
+        return {f: str(getattr(self, f)) for f in fields if getattr(self, f) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class LongContext:
+    """Rates for a whole request whose prompt is longer than ``above`` tokens."""
+
+    above: int
+    rates: Rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +73,45 @@ class Price:
     currency: str = "USD"
     source: str = ""
     captured_on: date | None = None
+    cache_write_1h: Decimal | None = None
+    long_context: LongContext | None = None
+    # (tier name, rates), sorted by name: a tuple keeps the entry hashable and comparable.
+    tiers: tuple[tuple[str, Rates], ...] = ()
 
     @property
     def id(self) -> str:
         """Stable identity: the same model and moment are the same entry everywhere."""
         return price_id(self.model, self.effective_from)
+
+    @property
+    def base(self) -> Rates:
+        return Rates(input=self.input, cache_read=self.cache_read, output=self.output,
+                     cache_write=self.cache_write, cache_write_1h=self.cache_write_1h)
+
+    def rates_for(self, prompt_tokens: int, tier: str | None = None) -> Rates:
+        """The rates for one request: its service tier's, else long-context, else base.
+
+        A tier the entry does not list is priced at the base rates (the request is still
+        recorded with its tier, so such requests can be found and re-priced).
+        """
+        name = (tier or "").strip().lower()
+        if name not in STANDARD_TIERS:
+            for tier_name, rates in self.tiers:
+                if tier_name == name:
+                    return rates
+        if self.long_context is not None and prompt_tokens > self.long_context.above:
+            return self.long_context.rates
+        return self.base
+
+    def variants(self) -> dict[str, Any] | None:
+        """The long-context and tier rates as plain data (stored beside the base rates)."""
+        data: dict[str, Any] = {}
+        if self.long_context is not None:
+            data["long_context"] = {"above": self.long_context.above,
+                                    **self.long_context.rates.to_mapping()}
+        if self.tiers:
+            data["tiers"] = {name: rates.to_mapping() for name, rates in self.tiers}
+        return data or None
 
 
 def price_id(model: str, effective_from: datetime) -> str:
@@ -78,10 +147,58 @@ def parse_rate(value: Any, field: str) -> Decimal:
     return rate
 
 
+def _optional_rate(entry: Mapping[str, Any], field: str) -> Decimal | None:
+    value = entry.get(field)
+    return None if value is None else parse_rate(value, field)
+
+
+def rates_from_mapping(entry: Mapping[str, Any], where: str) -> Rates:
+    """One set of rates (input, cache_read and output required)."""
+    unknown = set(entry) - {"input", "cache_read", "cache_write", "cache_write_1h", "output",
+                            "above"}
+    if unknown:
+        raise PriceError(f"{where}: unknown fields: {sorted(unknown)}")
+    return Rates(
+        input=parse_rate(entry.get("input"), f"{where}.input"),
+        cache_read=parse_rate(entry.get("cache_read"), f"{where}.cache_read"),
+        output=parse_rate(entry.get("output"), f"{where}.output"),
+        cache_write=_optional_rate(entry, "cache_write"),
+        cache_write_1h=_optional_rate(entry, "cache_write_1h"),
+    )
+
+
+def _long_context(value: Any) -> LongContext | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise PriceError("long_context: expected a mapping with 'above' and rates")
+    above = value.get("above")
+    if isinstance(above, bool) or not isinstance(above, int) or above < 1:
+        raise PriceError("long_context.above: a positive number of prompt tokens is required")
+    return LongContext(above=above, rates=rates_from_mapping(value, "long_context"))
+
+
+def _tiers(value: Any) -> tuple[tuple[str, Rates], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise PriceError("tiers: expected a mapping of tier name to rates")
+    tiers = []
+    for name, rates in value.items():
+        key = str(name).strip().lower()
+        if key in STANDARD_TIERS:
+            raise PriceError(f"tiers.{name}: the standard tier is the entry's own rates")
+        if not isinstance(rates, Mapping) or "above" in rates:
+            raise PriceError(f"tiers.{name}: expected a mapping of rates")
+        tiers.append((key, rates_from_mapping(rates, f"tiers.{key}")))
+    return tuple(sorted(tiers))
+
+
 def price_from_mapping(entry: Mapping[str, Any]) -> Price:
     """Validate one catalog entry."""
     unknown = set(entry) - {
         "model", "effective_from", *RATE_FIELDS, "currency", "source", "captured_on",
+        "cache_write_1h", "long_context", "tiers",
     }
     if unknown:
         raise PriceError(f"unknown fields: {sorted(unknown)}")
@@ -102,6 +219,9 @@ def price_from_mapping(entry: Mapping[str, Any]) -> Price:
         currency=str(entry.get("currency", "USD")),
         source=str(entry.get("source", "")),
         captured_on=None if captured is None else parse_moment(captured).date(),
+        cache_write_1h=_optional_rate(entry, "cache_write_1h"),
+        long_context=_long_context(entry.get("long_context")),
+        tiers=_tiers(entry.get("tiers")),
     )
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from gateway.usage import Usage
-from pricing.book import Price
+from pricing.book import Price, Rates
 
 NANO = Decimal("0.000000001")
 PER_MILLION = Decimal(1_000_000)
@@ -38,18 +38,31 @@ class Cost:
         return self.uncached_equivalent - self.total
 
 
-def compute(usage: Usage, price: Price) -> Cost:
+def write_cost(usage: Usage, rates: Rates) -> Decimal:
+    """Cache writes: 5-minute at ``cache_write``, 1-hour at ``cache_write_1h``, rounded once.
+
+    A missing write rate falls back to plain input (a provider that does not bill writes
+    separately charges them as prefill); a missing 1-hour rate falls back to the 5-minute one.
+    """
+    five_minute = rates.cache_write if rates.cache_write is not None else rates.input
+    one_hour = rates.cache_write_1h if rates.cache_write_1h is not None else five_minute
+    hour = usage.cache_write_1h_tokens
+    exact = Decimal(usage.cache_write_tokens - hour) * five_minute + Decimal(hour) * one_hour
+    return (exact / PER_MILLION).quantize(NANO, ROUND_HALF_EVEN)
+
+
+def compute(usage: Usage, price: Price, *, tier: str | None = None) -> Cost:
     """Price each token class with its own rate.
 
-    Cache writes are billed at the cache-write rate where the price has one, else as plain
-    input (a provider that does not bill writes separately charges them as prefill).
+    The rates are the entry's for the request's service tier, or its long-context rates when
+    the whole prompt (uncached + cache read + cache write) is past the entry's threshold.
     """
-    write_rate = price.cache_write if price.cache_write is not None else price.input
+    rates = price.rates_for(usage.prompt_tokens, tier)
     return Cost(
-        uncached=money(usage.uncached_tokens, price.input),
-        cache_read=money(usage.cache_read_tokens, price.cache_read),
-        cache_write=money(usage.cache_write_tokens, write_rate),
-        output=money(usage.output_tokens, price.output),
-        uncached_equivalent=money(usage.prompt_tokens, price.input)
-        + money(usage.output_tokens, price.output),
+        uncached=money(usage.uncached_tokens, rates.input),
+        cache_read=money(usage.cache_read_tokens, rates.cache_read),
+        cache_write=write_cost(usage, rates),
+        output=money(usage.output_tokens, rates.output),
+        uncached_equivalent=money(usage.prompt_tokens, rates.input)
+        + money(usage.output_tokens, rates.output),
     )
