@@ -23,6 +23,7 @@ from gateway.config import Settings
 from gateway.db import crud
 from gateway.db.session import make_engine, session_factory
 from gateway.metrics import Metrics
+from gateway.provider_proxy import build_provider_proxy
 from gateway.proxy import Proxy, new_request_id
 from gateway.routing.fleet import Fleet
 from gateway.upstream.vllm import make_session
@@ -101,15 +102,20 @@ def create_app(settings: Settings) -> FastAPI:
             session=state.http,
             fleets={
                 name: Fleet(d, cooldown_s=settings.replica_cooldown_s)
-                for name, d in state.deployments.items()
+                for name, d in state.deployments.items() if d.backend == "vllm"
             },
             recorder=recorder,
             metrics=metrics,
             book=await asyncio.to_thread(load_prices),
         )
 
+        # litellm is imported (seconds) only when a deployment needs it, and before serving.
+        state.providers = await build_provider_proxy(settings, state.deployments, proxy)
+
         async def refresh_prices() -> None:
             proxy.book = await asyncio.to_thread(load_prices)
+            if state.providers is not None:
+                state.providers.book = proxy.book
 
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)

@@ -6,11 +6,21 @@ nothing else reads the environment.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    HttpUrl,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "dev-secret", "secret", "kvgate-dev-secret"}
@@ -54,10 +64,75 @@ class Deployment(BaseModel):
         return tuple(str(url).rstrip("/") for url in self.replicas)
 
 
+def anthropic_family(litellm_model: str) -> bool:
+    """Models that accept Anthropic's ``cache_control`` marks (direct, Bedrock, Vertex)."""
+    lowered = litellm_model.lower()
+    return lowered.startswith("anthropic/") or "claude" in lowered
+
+
+class ProviderTarget(BaseModel):
+    """One hosted model behind a litellm deployment: the primary, or one of its fallbacks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    litellm_model: str = Field(min_length=1)
+    # Name of the environment variable holding the key; Settings reads it, nothing else.
+    api_key_env: str | None = None
+    api_base: HttpUrl | None = None
+    # The price-book model this target bills as (default: its litellm model string).
+    price_model: str | None = None
+    # Anthropic-family only: mark the stable prefix (tools, system) for the provider's cache.
+    cache_control: bool = False
+    cache_ttl: Literal["5m", "1h"] = "5m"
+    timeout_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _cache_control_only_where_accepted(self) -> ProviderTarget:
+        if self.cache_control and not anthropic_family(self.litellm_model):
+            raise ValueError(f"cache_control is for Anthropic-family models, "
+                             f"not {self.litellm_model!r}")
+        return self
+
+    @property
+    def bills_as(self) -> str:
+        return self.price_model or self.litellm_model
+
+    @property
+    def base_url(self) -> str | None:
+        return None if self.api_base is None else str(self.api_base).rstrip("/")
+
+
+class ProviderDeployment(ProviderTarget):
+    """A model name served by hosted providers through litellm, tried in order."""
+
+    name: str = Field(min_length=1)
+    backend: Literal["litellm"]
+    fallbacks: tuple[ProviderTarget, ...] = ()
+
+    @property
+    def targets(self) -> tuple[ProviderTarget, ...]:
+        """The primary first, then each fallback: one attempt each."""
+        primary = ProviderTarget.model_validate(
+            self.model_dump(include=set(ProviderTarget.model_fields)))
+        return (primary, *self.fallbacks)
+
+
+def _backend(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("backend", "vllm"))
+    return str(getattr(value, "backend", "vllm"))
+
+
+AnyDeployment = Annotated[
+    Annotated[Deployment, Tag("vllm")] | Annotated[ProviderDeployment, Tag("litellm")],
+    Discriminator(_backend),
+]
+
+
 class DeploymentsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    models: tuple[Deployment, ...] = ()
+    models: tuple[AnyDeployment, ...] = ()
 
     @model_validator(mode="after")
     def _unique_names(self) -> DeploymentsFile:
@@ -68,7 +143,7 @@ class DeploymentsFile(BaseModel):
         return self
 
 
-def load_deployments(path: Path | None) -> tuple[Deployment, ...]:
+def load_deployments(path: Path | None) -> tuple[Deployment | ProviderDeployment, ...]:
     """Read and validate the deployments file; no file means no models."""
     if path is None:
         return ()
@@ -104,6 +179,8 @@ class Settings(BaseSettings):
     health_interval_s: float = Field(default=5.0, gt=0)
     replica_cooldown_s: float = Field(default=5.0, gt=0)
     log_level: str = "info"
+    # Asked for by the dashboard when set; unset (the demo) means no password.
+    dashboard_password: str | None = None
 
     @model_validator(mode="after")
     def _no_placeholder_secrets_in_production(self) -> Settings:
@@ -114,5 +191,16 @@ class Settings(BaseSettings):
                 raise ValueError("KVGATE_ADMIN_TOKEN must be set in production")
         return self
 
-    def deployments(self) -> tuple[Deployment, ...]:
+    def deployments(self) -> tuple[Deployment | ProviderDeployment, ...]:
         return load_deployments(self.config)
+
+    def provider_keys(self) -> dict[str, str]:
+        """The API keys that litellm deployments name by environment variable, read here.
+
+        A variable that is named but not set is left out: the provider answers 401, and
+        that attempt is recorded like any other failure.
+        """
+        names = {target.api_key_env
+                 for d in self.deployments() if isinstance(d, ProviderDeployment)
+                 for target in d.targets if target.api_key_env}
+        return {name: os.environ[name] for name in sorted(names) if name in os.environ}

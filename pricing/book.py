@@ -167,7 +167,8 @@ def rates_from_mapping(entry: Mapping[str, Any], where: str) -> Rates:
     )
 
 
-def _long_context(value: Any) -> LongContext | None:
+def long_context_from(value: Any) -> LongContext | None:
+    """Validate an entry's ``long_context`` (None when absent)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -178,7 +179,8 @@ def _long_context(value: Any) -> LongContext | None:
     return LongContext(above=above, rates=rates_from_mapping(value, "long_context"))
 
 
-def _tiers(value: Any) -> tuple[tuple[str, Rates], ...]:
+def tiers_from(value: Any) -> tuple[tuple[str, Rates], ...]:
+    """Validate an entry's ``tiers`` (empty when absent)."""
     if value is None:
         return ()
     if not isinstance(value, Mapping):
@@ -220,8 +222,8 @@ def price_from_mapping(entry: Mapping[str, Any]) -> Price:
         source=str(entry.get("source", "")),
         captured_on=None if captured is None else parse_moment(captured).date(),
         cache_write_1h=_optional_rate(entry, "cache_write_1h"),
-        long_context=_long_context(entry.get("long_context")),
-        tiers=_tiers(entry.get("tiers")),
+        long_context=long_context_from(entry.get("long_context")),
+        tiers=tiers_from(entry.get("tiers")),
     )
 
 

@@ -60,6 +60,8 @@ def record_row(record: Record) -> dict[str, Any]:
         "cache_write_tokens": usage.cache_write_tokens,
         "output_tokens": usage.output_tokens,
         "usage_source": usage.source.value,
+        "cache_write_1h_tokens": usage.cache_write_1h_tokens,
+        "service_tier": record.extra.get("service_tier"),
         "predicted_cached_tokens": record.predicted_cached_tokens,
         "ceiling_cached_tokens": record.ceiling_cached_tokens,
         "price_id": record.price_id,

@@ -49,9 +49,10 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         deployment=deployment,
         call=call,
     )
+    proxy = state.providers if deployment.backend == "litellm" else state.proxy
     if call.stream:
-        return await state.proxy.open_stream(ctx)
-    return await state.proxy.complete(ctx)
+        return await proxy.open_stream(ctx)
+    return await proxy.complete(ctx)
 
 
 async def chat_completions(request: Request) -> Response:

@@ -7,13 +7,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gateway.auth import Principal, hash_key, new_key
 from gateway.db.models import ApiKeyRow, PriceRow, TenantRow
 from gateway.errors import InvalidRequest, NotFound
-from pricing.book import Price, PriceBook
+from pricing.book import Price, PriceBook, long_context_from, tiers_from
 
 
 def _now() -> datetime:
@@ -94,6 +95,7 @@ def active_principals(session: Session) -> dict[str, Principal]:
 
 
 def _price_from_row(row: PriceRow) -> Price:
+    variants = orjson.loads(row.variants) if row.variants else {}
     return Price(
         model=row.model,
         effective_from=row.effective_from,
@@ -104,12 +106,21 @@ def _price_from_row(row: PriceRow) -> Price:
         currency=row.currency,
         source=row.source,
         captured_on=row.captured_on,
+        cache_write_1h=row.cache_write_1h,
+        long_context=long_context_from(variants.get("long_context")),
+        tiers=tiers_from(variants.get("tiers")),
     )
 
 
+def _variants_json(price: Price) -> str | None:
+    variants = price.variants()
+    return None if variants is None else orjson.dumps(variants).decode()
+
+
 def _same_rates(row: PriceRow, price: Price) -> bool:
-    return (row.input, row.cache_read, row.cache_write, row.output, row.currency) == (
-        price.input, price.cache_read, price.cache_write, price.output, price.currency,
+    stored = _price_from_row(row)
+    return (stored.base, stored.long_context, stored.tiers, stored.currency) == (
+        price.base, price.long_context, price.tiers, price.currency,
     )
 
 
@@ -149,6 +160,8 @@ def add_prices(session: Session, *, prices: Iterable[Price]) -> PriceSync:
                 source=price.source,
                 captured_on=price.captured_on,
                 created_at=_now(),
+                cache_write_1h=price.cache_write_1h,
+                variants=_variants_json(price),
             )
         )
         session.flush()

@@ -114,6 +114,9 @@ class PriceRow(Base):
     source: Mapped[str] = mapped_column(Text, default="")
     captured_on: Mapped[date | None] = mapped_column(Date, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    cache_write_1h: Mapped[Decimal | None] = mapped_column(Rate(), default=None)
+    # Long-context and service-tier rates: JSON with Decimal strings (Price.variants()).
+    variants: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class RequestRow(Base):
@@ -148,6 +151,10 @@ class RequestRow(Base):
     cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     usage_source: Mapped[str] = mapped_column(String(16), default="reported")
+    # The part of cache_write_tokens written for an hour, and the tier the provider served:
+    # with the price id they say which rates the stored costs were computed with.
+    cache_write_1h_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    service_tier: Mapped[str | None] = mapped_column(String(32), default=None)
     predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     price_id: Mapped[str | None] = mapped_column(String(300), default=None)
