@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.accounting.journal import Journal, JournalError, read_batch, segments
 from gateway.accounting.records import Record
+from gateway.db import rollups
 from gateway.db.models import RequestRow
 from gateway.errors import Unrecordable
 
@@ -75,14 +76,26 @@ def record_row(record: Record) -> dict[str, Any]:
 
 
 def insert_records(engine: Engine, records: list[Record]) -> None:
-    """Insert a batch; rows already present (same request id) are left as they are."""
+    """Insert a batch; rows already present (same request id) are left as they are.
+
+    The hourly rollups take only the rows this insert created (RETURNING), in the same
+    transaction: a replayed record changes neither requests nor rollups.
+    """
     if not records:
         return
     table = RequestRow.__table__
     dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(table).on_conflict_do_nothing(index_elements=["request_id"])
+    statement = (
+        dialect.insert(table)
+        .on_conflict_do_nothing(index_elements=["request_id"])
+        .returning(table.c.request_id)
+    )
+    rows: dict[str, dict[str, Any]] = {}
+    for record in records:
+        rows.setdefault(record.request_id, record_row(record))
     with engine.begin() as connection:
-        connection.execute(statement, [record_row(r) for r in records])
+        inserted = connection.execute(statement, list(rows.values())).scalars().all()
+        rollups.add(connection, [rows[request_id] for request_id in inserted])
 
 
 @dataclass

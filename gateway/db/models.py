@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Date,
     DateTime,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -164,3 +166,110 @@ class RequestRow(Base):
     cost_output: Mapped[Decimal] = mapped_column(Money())
     cost_total: Mapped[Decimal] = mapped_column(Money())
     cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
+
+
+# -- hourly rollups, maintained by the recorder in the insert's transaction -------------
+#
+# Every key column is NOT NULL so that upserts find their row on both databases (NULLs
+# never conflict); an unpriced request's price_id is '' here.
+
+
+class UsageHourRow(Base):
+    """Per UTC hour × tenant × model × price entry × status: sums of the requests' columns."""
+
+    __tablename__ = "usage_hours"
+
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    price_id: Mapped[str] = mapped_column(String(300), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    uncached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_uncached: Mapped[Decimal] = mapped_column(Money())
+    cost_cache_read: Mapped[Decimal] = mapped_column(Money())
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money())
+    cost_output: Mapped[Decimal] = mapped_column(Money())
+    cost_total: Mapped[Decimal] = mapped_column(Money())
+    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
+    # (tenant, interaction, model, hour) cells first seen completed here; see InteractionCellRow.
+    completed_cells: Mapped[int] = mapped_column(BigInteger)
+    # Requests that carry a ceiling, and their tokens, so efficiency compares like with like.
+    ceiling_requests: Mapped[int] = mapped_column(BigInteger)
+    ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    # Sum over requests of max(ceiling - cache_read, 0): misses perfect routing would have hit.
+    avoidable_miss_tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReplicaHourRow(Base):
+    """Per UTC hour × model × upstream replica: load and cache figures for routing."""
+
+    __tablename__ = "replica_hours"
+
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    upstream: Mapped[str] = mapped_column(String(500), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    failed_requests: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    predicted_requests: Mapped[int] = mapped_column(BigInteger)
+    predicted_cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    predicted_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_requests: Mapped[int] = mapped_column(BigInteger)
+    ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+class TtftHourRow(Base):
+    """Time-to-first-token histogram per UTC hour × tenant × model × cold/warm.
+
+    Buckets are log-spaced, eight per doubling (about 9 % wide): percentiles of any period
+    come from summed counts, no raw rows needed.
+    """
+
+    __tablename__ = "ttft_hours"
+
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    warm: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    requests: Mapped[int] = mapped_column(BigInteger)
+
+
+class InteractionRow(Base):
+    """How many cells an interaction has completed in; its row lock orders concurrent writers."""
+
+    __tablename__ = "interactions"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    interaction_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    cells: Mapped[int] = mapped_column(Integer)
+
+
+class InteractionCellRow(Base):
+    """A (tenant, interaction, model, hour) with at least one completed attempt.
+
+    Completed interactions of any period = the cells in it (summed from usage_hours) minus
+    the repeats of interactions with several cells there, which only ``spans`` cells can be.
+    """
+
+    __tablename__ = "interaction_cells"
+    __table_args__ = (
+        Index("ix_interaction_cells_spans_hour", "hour", postgresql_where=text("spans"),
+              sqlite_where=text("spans")),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    interaction_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    spans: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -1,0 +1,119 @@
+"""Look-ups the dashboard needs besides figures: names, spans, and single requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from gateway.db.models import PriceRow, RequestRow, TenantRow, UsageHourRow
+
+
+def tenant_names(session: Session) -> dict[str, str]:
+    """Tenant id → name, by name."""
+    rows = session.execute(select(TenantRow.id, TenantRow.name).order_by(TenantRow.name))
+    return {tenant_id: name for tenant_id, name in rows}
+
+
+def models(session: Session) -> list[str]:
+    """Every model that has requests."""
+    return list(session.scalars(select(UsageHourRow.model).distinct().order_by(UsageHourRow.model)))
+
+
+def traffic_span(session: Session) -> tuple[datetime, datetime] | None:
+    """The first hour with requests and the end of the last one, or None without traffic."""
+    first, last = session.execute(select(func.min(UsageHourRow.hour),
+                                         func.max(UsageHourRow.hour))).one()
+    if first is None or last is None:
+        return None
+    return first, last + timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLine:
+    """One attempt as the requests page lists it."""
+
+    request_id: str
+    tenant_id: str
+    interaction_id: str
+    attempt: int
+    model: str
+    upstream: str
+    started_at: datetime
+    first_token_at: datetime | None
+    ended_at: datetime
+    status: str
+    finish_reason: str | None
+    error: str | None
+    uncached_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    predicted_cached_tokens: int | None
+    ceiling_cached_tokens: int | None
+    price_id: str | None
+    cost_uncached: Decimal
+    cost_cache_read: Decimal
+    cost_cache_write: Decimal
+    cost_output: Decimal
+    cost_total: Decimal
+    cost_uncached_equivalent: Decimal
+    currency: str | None  # of the price entry; None when unpriced
+
+
+COLUMNS = [getattr(RequestRow, name) for name in RequestLine.__dataclass_fields__
+           if name != "currency"] + [PriceRow.currency]
+
+
+def _lines(session: Session, query: Select[Any]) -> list[RequestLine]:
+    return [RequestLine(*row) for row in session.execute(query)]
+
+
+def recent_requests(
+    session: Session, *, lower: datetime, upper: datetime, tenant_id: str | None = None,
+    model: str | None = None, status: str | None = None, limit: int = 100,
+) -> list[RequestLine]:
+    """The latest attempts started in [lower, upper), newest first, optionally filtered."""
+    query = (
+        select(*COLUMNS)
+        .outerjoin(PriceRow, PriceRow.id == RequestRow.price_id)
+        .where(RequestRow.started_at >= lower, RequestRow.started_at < upper)
+        .order_by(RequestRow.started_at.desc(), RequestRow.request_id.desc())
+        .limit(limit)
+    )
+    if tenant_id is not None:
+        query = query.where(RequestRow.tenant_id == tenant_id)
+    if model is not None:
+        query = query.where(RequestRow.model == model)
+    if status is not None:
+        query = query.where(RequestRow.status == status)
+    return _lines(session, query)
+
+
+def attempts(session: Session, *, request_or_interaction_id: str) -> list[RequestLine]:
+    """Every attempt of the interaction a request id belongs to, or of an interaction id."""
+    key = request_or_interaction_id.strip()
+    owner = session.execute(
+        select(RequestRow.tenant_id, RequestRow.interaction_id).where(RequestRow.request_id == key)
+    ).first()
+    if owner is not None:
+        condition = (RequestRow.tenant_id == owner[0]) & (RequestRow.interaction_id == owner[1])
+    else:
+        condition = RequestRow.interaction_id == key
+    query = (
+        select(*COLUMNS)
+        .outerjoin(PriceRow, PriceRow.id == RequestRow.price_id)
+        .where(condition)
+        .order_by(RequestRow.tenant_id, RequestRow.started_at, RequestRow.attempt,
+                  RequestRow.request_id)
+    )
+    return _lines(session, query)
+
+
+def tenant_row(session: Session, tenant_id: str) -> TenantRow | None:
+    return session.get(TenantRow, tenant_id)
