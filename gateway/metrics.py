@@ -26,6 +26,11 @@ class Metrics:
         self.saved = Counter(
             "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model"], registry=r
         )
+        self.cache_premium = Counter(
+            "kvgate_cache_write_premium_usd",
+            "What cache writes cost above plain input, where they did, in USD", ["model"],
+            registry=r,
+        )
         self.unpriced = Counter(
             "kvgate_unpriced_requests", "Requests for a model with no price in force",
             ["model"], registry=r,
@@ -70,7 +75,13 @@ class Metrics:
                 self.tokens.labels(model, token_class).inc(count)
         if record.priced:
             self.cost.labels(model).inc(float(record.cost.total))
-            self.saved.labels(model).inc(float(record.cost.saved))
+            # A request that writes the cache can cost more than no cache at all (writes are
+            # priced above input); counters only grow, so that premium is counted apart.
+            saved = float(record.cost.saved)
+            if saved >= 0:
+                self.saved.labels(model).inc(saved)
+            else:
+                self.cache_premium.labels(model).inc(-saved)
         else:
             self.unpriced.labels(model).inc()
         if record.first_token_at is not None:

@@ -36,7 +36,7 @@ def test_an_entry_cannot_change_its_variants(database_url: str) -> None:
         "model": GPT.model, "effective_from": GPT.effective_from, "input": "2",
         "cache_read": "0.50", "output": "8",
         "tiers": {"priority": {"input": "4", "cache_read": "1", "output": "16"}}})
-    with pytest.raises(InvalidRequest, match="already exists with other rates"):
-        with transaction(sessions) as session:
-            crud.add_prices(session, prices=[changed])
+    with (pytest.raises(InvalidRequest, match="already exists with other rates"),
+          transaction(sessions) as session):
+        crud.add_prices(session, prices=[changed])
     engine.dispose()
