@@ -219,6 +219,32 @@ def prices_add(
     typer.echo(f"{price.id}: {'added' if result.added else 'already present'}")
 
 
+@prices_app.command("import-litellm")
+def prices_import_litellm(
+    captured_on: Annotated[str, typer.Option(help="Day the map's prices held, YYYY-MM-DD.")],
+    match: Annotated[str, typer.Option(help="Only models whose name matches this glob.")] = "*",
+    dry_run: Annotated[bool, typer.Option(help="Show what would be added; add nothing.")] = False,
+) -> None:
+    """Add dated entries from the price map inside the installed litellm (never edits one)."""
+    from gateway.db import crud
+    from gateway.db.session import transaction
+    from gateway.upstream.providers import bundled_price_map
+    from pricing.litellm_map import plan_import, prices_from_map
+
+    version, price_map = bundled_price_map()
+    prices = prices_from_map(price_map, captured_on=date.fromisoformat(captured_on),
+                             source=f"litellm {version}", match=match)
+    with transaction(_sessions(settings())) as session:
+        plan = plan_import(crud.price_book(session), prices)
+        if not dry_run:
+            crud.add_prices(session, prices=plan.add)
+    for conflict in plan.conflicts:
+        typer.secho(f"left as it is (other rates on that day): {conflict}", err=True)
+    verb = "would add" if dry_run else "added"
+    typer.echo(f"litellm {version}: {verb} {len(plan.add)}, unchanged {len(plan.unchanged)}, "
+               f"conflicts {len(plan.conflicts)}")
+
+
 @prices_app.command("list")
 def prices_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
     """The price book, oldest entry first per model."""

@@ -265,6 +265,24 @@ class ProviderStream:
                 log.debug("closing a provider stream failed", exc_info=True)
 
 
+PRICE_MAP_FILE = "model_prices_and_context_window_backup.json"
+
+
+def bundled_price_map() -> tuple[str, dict[str, Any]]:
+    """litellm's version and the price map inside its package, read without importing it."""
+    from importlib.metadata import version
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ProviderFailure("litellm is not installed: pip install 'kvgate[providers]'",
+                              status=None, retryable=False)
+    path = Path(next(iter(spec.submodule_search_locations))) / PRICE_MAP_FILE
+    data = orjson.loads(path.read_bytes())
+    return version("litellm"), data if isinstance(data, dict) else {}
+
+
 class Providers:
     """Calls hosted models through litellm; litellm is imported on the first ``load``."""
 
