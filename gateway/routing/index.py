@@ -1,0 +1,191 @@
+"""Which replica holds which blocks: the router's picture of the fleet's prefix caches.
+
+Two ways to know, one interface (`BlockIndex`) for the policy's caller:
+
+- approximate (`ApproximateIndex`, here): the index learns from its own routing decisions
+  (a request routed to a replica leaves its blocks there) and keeps, per replica, an LRU
+  bounded by the replica's capacity in blocks, which mirrors vLLM's LRU free queue. It
+  corrects itself from the ``cached_tokens`` each response reports.
+- exact (later): fed by vLLM's KV events (BlockStored / BlockRemoved / AllBlocksCleared),
+  it implements `BlockIndex` and `KvEventSink` and needs no guessing.
+
+Matching a prompt against every replica is the hot path. Each block hash maps to a bit
+mask of the replicas holding it, so `match_all` walks the prompt's chain once, however
+many replicas there are, and stops as soon as no replica holds the next block.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+
+class BlockIndex(Protocol):
+    """What the router asks of an index, approximate or exact."""
+
+    def match(self, replica: str, hashes: Sequence[int]) -> int:
+        """Leading blocks of ``hashes`` the replica is believed to hold."""
+        ...
+
+    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
+        """Leading blocks held, per replica; replicas holding none are left out."""
+        ...
+
+    def forget(self, replica: str) -> None:
+        """Drop everything known about a replica (it left, restarted or was reset)."""
+        ...
+
+
+class KvEventSink(Protocol):
+    """What an exact index takes from vLLM's KV event stream (for a later exact index)."""
+
+    def block_stored(self, replica: str, hashes: Sequence[int]) -> None: ...
+
+    def block_removed(self, replica: str, hashes: Sequence[int]) -> None: ...
+
+    def all_blocks_cleared(self, replica: str) -> None: ...
+
+
+class ApproximateIndex:
+    """Per-replica LRU of the blocks this router sent there, bounded by capacity."""
+
+    def __init__(
+        self, capacity_blocks: int, *, capacities: Mapping[str, int] | None = None
+    ) -> None:
+        if capacity_blocks < 1:
+            raise ValueError("capacity_blocks must be at least 1")
+        self._default_capacity = capacity_blocks
+        self._capacities = dict(capacities or {})
+        self._lrus: dict[str, OrderedDict[int, None]] = {}
+        self._bits: dict[str, int] = {}
+        self._names: dict[int, str] = {}
+        self._holders: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return sum(len(lru) for lru in self._lrus.values())
+
+    def blocks(self, replica: str) -> int:
+        """How many blocks the replica is believed to hold."""
+        lru = self._lrus.get(replica)
+        return 0 if lru is None else len(lru)
+
+    def match(self, replica: str, hashes: Sequence[int]) -> int:
+        """Leading blocks of ``hashes`` the replica is believed to hold."""
+        lru = self._lrus.get(replica)
+        if lru is None:
+            return 0
+        hits = 0
+        for block in hashes:
+            if block not in lru:
+                break
+            hits += 1
+        return hits
+
+    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
+        """Leading blocks held, per replica, in one walk of the chain."""
+        found: dict[str, int] = {}
+        holders = self._holders
+        alive = holders.get(hashes[0], 0) if hashes else 0
+        depth = 0
+        count = len(hashes)
+        while alive:
+            if not alive & (alive - 1):
+                # One replica left, typically the one holding a long conversation: a plain
+                # membership walk of its LRU is half the work per block.
+                name = self._names[alive]
+                lru = self._lrus[name]
+                depth += 1
+                while depth < count and hashes[depth] in lru:
+                    depth += 1
+                found[name] = depth
+                break
+            depth += 1
+            still = holders.get(hashes[depth], 0) & alive if depth < count else 0
+            gone = alive & ~still
+            if gone:
+                self._settle(found, gone, depth)
+            alive = still
+        return found
+
+    def record(self, replica: str, hashes: Sequence[int]) -> None:
+        """The request with these blocks was sent to the replica: it will hold them."""
+        lru = self._lrus.get(replica)
+        if lru is None:
+            lru = self._add(replica)
+        bit = self._bits[replica]
+        holders = self._holders
+        capacity = self._capacities.get(replica, self._default_capacity)
+        # Tail first, so the head ends most recent: vLLM frees a request's blocks tail
+        # first, and its LRU evicts the tail of a prompt before the head.
+        for block in reversed(hashes):
+            if block in lru:
+                lru.move_to_end(block)
+                continue
+            lru[block] = None
+            holders[block] = holders.get(block, 0) | bit
+            if len(lru) > capacity:
+                old, _ = lru.popitem(last=False)
+                self._unhold(old, bit)
+
+    def correct(
+        self,
+        replica: str,
+        hashes: Sequence[int],
+        reported_blocks: int,
+        *,
+        predicted_blocks: int,
+    ) -> None:
+        """Fold in what the replica reported it had cached of a request it served.
+
+        Fewer blocks than predicted means the replica evicted what we believed it held:
+        its blocks from the first miss onward are dropped, so that later requests of the
+        chain stop being drawn to it on a promise it cannot keep. More than predicted
+        means it holds what this router did not send (another gateway instance did):
+        the reported prefix is learned.
+        """
+        if reported_blocks < predicted_blocks:
+            lru = self._lrus.get(replica)
+            if lru is None:
+                return
+            bit = self._bits[replica]
+            for block in hashes[reported_blocks:]:
+                if block in lru:
+                    del lru[block]
+                    self._unhold(block, bit)
+        elif reported_blocks > predicted_blocks:
+            self.record(replica, hashes[:reported_blocks])
+
+    def forget(self, replica: str) -> None:
+        """Drop everything known about a replica and free its slot."""
+        lru = self._lrus.pop(replica, None)
+        if lru is None:
+            return
+        bit = self._bits.pop(replica)
+        del self._names[bit]
+        for block in lru:
+            self._unhold(block, bit)
+
+    def _add(self, replica: str) -> OrderedDict[int, None]:
+        bit = 1
+        while bit in self._names:
+            bit <<= 1
+        self._bits[replica] = bit
+        self._names[bit] = replica
+        lru: OrderedDict[int, None] = OrderedDict()
+        self._lrus[replica] = lru
+        return lru
+
+    def _unhold(self, block: int, bit: int) -> None:
+        rest = self._holders[block] & ~bit
+        if rest:
+            self._holders[block] = rest
+        else:
+            del self._holders[block]
+
+    def _settle(self, found: dict[str, int], gone: int, depth: int) -> None:
+        names = self._names
+        while gone:
+            low = gone & -gone
+            found[names[low]] = depth
+            gone ^= low
