@@ -91,7 +91,7 @@ class Figures:
     ceiling_cache_read_tokens: int = 0
     ceiling_cached_tokens: int = 0
     avoidable_miss_tokens: int = 0
-    # Avoidable miss tokens × (input − cache-read rate) of their price entry; exact.
+    # Avoidable miss tokens x (input - cache-read rate) of their price entry; exact.
     avoidable_miss_cost: Decimal = ZERO
     currency: str = "USD"
 
@@ -171,7 +171,7 @@ def _fold(session: Session, scope: Scope, key: ColumnElement[Any] | None,
     sums: dict[K, dict[str, Any]] = {}
     currencies: dict[K, set[str]] = defaultdict(set)
     for row in rows:
-        target = group(row[key.name] if key is not None else None)  # type: ignore[attr-defined]
+        target = group(row[key.name] if key is not None else None)
         if target is None:
             continue
         into = sums.get(target)
@@ -206,7 +206,7 @@ def _fold(session: Session, scope: Scope, key: ColumnElement[Any] | None,
 def _repeats(session: Session, scope: Scope, key: ColumnElement[Any] | None,
              group: Callable[[Any], K | None]) -> dict[K, int]:
     """Per group: cells beyond the first of each interaction that has several there."""
-    cell_key = [CELLS.c[key.name]] if key is not None else []  # type: ignore[attr-defined]
+    cell_key = [CELLS.c[key.name]] if key is not None else []
     query = (
         select(*cell_key, CELLS.c.tenant_id, CELLS.c.interaction_id, func.count())
         .where(CELLS.c.spans, *scope.where(CELLS))
@@ -243,7 +243,9 @@ def bucketer(edges: Sequence[datetime]) -> Callable[[datetime], datetime | None]
     return bucket
 
 
-def trend(session: Session, scope: Scope, edges: Sequence[datetime]) -> list[tuple[datetime, Figures]]:
+def trend(
+    session: Session, scope: Scope, edges: Sequence[datetime]
+) -> list[tuple[datetime, Figures]]:
     """Figures per time bucket; ``edges`` are ascending whole UTC hours, n+1 for n buckets.
 
     Buckets without requests are present with empty figures, so charts show the gaps.
@@ -276,7 +278,7 @@ class PaidRate:
 
 
 def paid_rates(session: Session, scope: Scope) -> list[PaidRate]:
-    """Per priced model × price entry in the scope, ordered by model and date."""
+    """Per priced model x price entry in the scope, ordered by model and date."""
     query = (
         select(
             PriceRow.model, PriceRow.id, PriceRow.effective_from, PriceRow.currency,
@@ -380,7 +382,9 @@ def ttft(session: Session, scope: Scope) -> Ttft:
     return _ttft(histograms)
 
 
-def ttft_trend(session: Session, scope: Scope, edges: Sequence[datetime]) -> list[tuple[datetime, Ttft]]:
+def ttft_trend(
+    session: Session, scope: Scope, edges: Sequence[datetime]
+) -> list[tuple[datetime, Ttft]]:
     """TTFT percentiles per time bucket (see ``trend`` for ``edges``)."""
     to_bucket = bucketer(edges)
     per_bucket: dict[datetime, dict[bool, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
 from gateway.db.models import PriceRow, RequestRow, TenantRow, UsageHourRow
@@ -101,6 +100,7 @@ def attempts(session: Session, *, request_or_interaction_id: str) -> list[Reques
     owner = session.execute(
         select(RequestRow.tenant_id, RequestRow.interaction_id).where(RequestRow.request_id == key)
     ).first()
+    condition: ColumnElement[bool]
     if owner is not None:
         condition = (RequestRow.tenant_id == owner[0]) & (RequestRow.interaction_id == owner[1])
     else:

@@ -79,7 +79,7 @@ class Replica:
 
 
 def by_replica(session: Session, scope: Scope) -> list[Replica]:
-    """Per model × upstream in the scope (replica rollups have no tenant: that filter is moot)."""
+    """Per model x upstream in the scope (replica rollups have no tenant: that filter is moot)."""
     query = (
         select(REPLICAS.c.model, REPLICAS.c.upstream, *_sums())
         .where(*scope.where(REPLICAS, tenants=False))

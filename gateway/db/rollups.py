@@ -4,9 +4,9 @@ The recorder calls ``add`` in the transaction that inserted the requests, with o
 rows that insert actually created (``RETURNING``), so a record replayed from the journal
 never counts twice and rollups and requests commit or roll back together.
 
-    requests rows ──▶ usage_hours        sums per hour × tenant × model × price × status
-                 ├──▶ replica_hours      load and cache figures per hour × model × replica
-                 ├──▶ ttft_hours         log-bucket TTFT histogram per hour × tenant × model
+    requests rows ──▶ usage_hours        sums per hour x tenant x model x price x status
+                 ├──▶ replica_hours      load and cache figures per hour x model x replica
+                 ├──▶ ttft_hours         log-bucket TTFT histogram per hour x tenant x model
                  └──▶ interaction_cells  (tenant, interaction, model, hour) with a completion,
                       interactions       so distinct completed interactions stay exact
 
@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -153,7 +153,7 @@ def _new_cells(connection: Connection, cells: Mapping[tuple[str, str, str, datet
     """Insert the cells; return those that were new, and flag interactions now in several."""
     if not cells:
         return []
-    table = InteractionCellRow.__table__
+    table: Table = InteractionCellRow.__table__  # type: ignore[assignment]
     statement = (
         _dialect(connection).insert(table).on_conflict_do_nothing()
         .returning(table.c.tenant_id, table.c.interaction_id, table.c.model, table.c.hour)
@@ -226,6 +226,6 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
         batch = connection.execute(query).mappings().all()
         if not batch:
             return folded
-        add(connection, batch)
+        add(connection, cast(Sequence[Row], batch))
         folded += len(batch)
         after = (batch[-1]["started_at"], batch[-1]["request_id"])

@@ -1,0 +1,70 @@
+"""The kvgate dashboard: ``kvgate dashboard`` runs ``streamlit run`` on this file.
+
+The sidebar's controls (zone, period, tenants, models) are shared by every page; each
+page reads them through ``context.current()``.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo, available_timezones
+
+import streamlit as st
+
+from dashboard import access, context
+from dashboard.view import View
+from gateway.config import Settings
+from gateway.db import lookups
+
+PAGES = Path(__file__).parent / "screens"
+
+
+def period(zone: ZoneInfo) -> tuple[date, date]:
+    today = datetime.now(zone).date()
+    chosen = st.sidebar.date_input(
+        "Period (days in your zone)", value=(today - timedelta(days=6), today), key="period",
+        format="YYYY-MM-DD",
+    )
+    days = [d for d in (chosen if isinstance(chosen, tuple | list) else (chosen,)) if d]
+    if not days:
+        return today, today
+    return days[0], days[-1]  # one day picked so far: that day alone
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvgate", page_icon=":material/savings:", layout="wide")
+    settings = Settings()
+    if not access.signed_in(settings.dashboard_password):
+        return
+    sessions = context.sessions(settings.database_url)
+    with sessions() as session:
+        names = lookups.tenant_names(session)
+        models = lookups.models(session)
+        traffic = lookups.traffic_span(session)
+    st.sidebar.title("kvgate")
+    zones = sorted(available_timezones() | {"UTC"})
+    zone = ZoneInfo(st.sidebar.selectbox("Time zone", zones, index=zones.index("UTC"),
+                                         key="zone"))
+    start, end = period(zone)
+    tenant_ids = st.sidebar.multiselect("Tenants", list(names), format_func=names.__getitem__,
+                                        placeholder="all tenants", key="tenants")
+    chosen_models = st.sidebar.multiselect("Models", models, placeholder="all models",
+                                           key="models")
+    view = View(zone, start, end, tuple(tenant_ids), tuple(chosen_models))
+    if view.snapped:
+        st.sidebar.caption(f"{zone.key} is not a whole number of hours from UTC; days here "
+                           "start on the UTC hour before local midnight.")
+    context.publish(context.Context(sessions, view, traffic))
+    navigation = st.navigation([
+        st.Page(PAGES / "overview.py", title="Overview", icon=":material/dashboard:",
+                default=True),
+        st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),
+        st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
+        st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
+        st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
+    ])
+    navigation.run()
+
+
+main()

@@ -1,0 +1,66 @@
+"""What every page needs, set up once per run by ``app.py``: sessions and the view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import streamlit as st
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from dashboard import formatting
+from dashboard.view import View
+from gateway.db.session import make_engine, session_factory
+
+KEY = "kvgate.context"
+NO_TRAFFIC = (
+    "No traffic yet. Point an OpenAI client at the gateway "
+    "(`OpenAI(base_url=\"http://<gateway>:8000/v1\", api_key=...)`, a key from "
+    "`kvgate keys create --tenant NAME`), or run `kvgate demo`; requests appear here "
+    "within a second of finishing."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    sessions: sessionmaker[Session]
+    view: View
+    # First hour with traffic and end of the last one; None: the database has no requests.
+    traffic: tuple[datetime, datetime] | None
+
+
+@st.cache_resource(show_spinner=False)
+def engine(url: str) -> Engine:
+    """One pooled engine per database for the whole server, shared by every session."""
+    return make_engine(url)
+
+
+def sessions(url: str) -> sessionmaker[Session]:
+    return session_factory(engine(url))
+
+
+def publish(context: Context) -> None:
+    st.session_state[KEY] = context
+
+
+def current() -> Context:
+    """The context ``app.py`` set for this run."""
+    context: Context = st.session_state[KEY]
+    return context
+
+
+def has_traffic(context: Context, *, in_view: bool) -> bool:
+    """Say what to do when there is nothing to show; True when there is something."""
+    if context.traffic is None:
+        st.info(NO_TRAFFIC, icon=":material/info:")
+        return False
+    if not in_view:
+        first, last = context.traffic
+        zone = context.view.zone
+        st.info(
+            "No requests in this period. Traffic runs from "
+            f"{formatting.moment(first, zone)} to {formatting.moment(last, zone)} "
+            f"({zone.key}): widen the period in the sidebar.", icon=":material/info:")
+        return False
+    return True

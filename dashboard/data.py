@@ -1,0 +1,96 @@
+"""What each page shows, loaded in one call per page: the pages render, these query.
+
+The benchmark (``benchmarks/dashboard.py``) times these same functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from dashboard.view import View
+from gateway import billing
+from gateway.db import aggregates, crud, lookups, replicas
+from gateway.db.aggregates import Figures, PaidRate, Ttft, Unpriced
+from gateway.db.replicas import Replica, ReplicaFigures
+from pricing.book import Price
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    totals: Figures
+    ttft: Ttft
+    trend: list[tuple[datetime, Figures]]
+    ttft_trend: list[tuple[datetime, Ttft]]
+
+
+def overview(session: Session, view: View) -> Overview:
+    scope, edges = view.scope, view.edges()
+    return Overview(
+        totals=aggregates.totals(session, scope),
+        ttft=aggregates.ttft(session, scope),
+        trend=aggregates.trend(session, scope, edges),
+        ttft_trend=aggregates.ttft_trend(session, scope, edges),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Tenants:
+    names: dict[str, str]
+    figures: dict[str, Figures]
+
+
+def tenants(session: Session, view: View) -> Tenants:
+    return Tenants(lookups.tenant_names(session), aggregates.by_tenant(session, view.scope))
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    overview: Overview
+    statement: billing.Statement | None
+
+
+def tenant(session: Session, view: View, tenant_id: str) -> Tenant:
+    """One tenant's figures and its statement for the view's days, read as UTC days."""
+    row = lookups.tenant_row(session, tenant_id)
+    statement = (
+        None if row is None
+        else billing.build_statement(session, tenant=row, start=view.start, end=view.end)
+    )
+    return Tenant(overview(session, view.for_tenant(tenant_id)), statement)
+
+
+@dataclass(frozen=True, slots=True)
+class Models:
+    prices: list[Price]
+    paid: list[PaidRate]
+    unpriced: list[Unpriced]
+
+
+def models(session: Session, view: View) -> Models:
+    return Models(
+        prices=crud.price_book(session).entries(),
+        paid=aggregates.paid_rates(session, view.scope),
+        unpriced=aggregates.unpriced(session, view.scope),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    replicas: list[Replica]
+    trend: list[tuple[datetime, ReplicaFigures]]
+
+
+def routing(session: Session, view: View) -> Routing:
+    return Routing(
+        replicas=replicas.by_replica(session, view.scope),
+        trend=replicas.routing_trend(session, view.scope, view.edges()),
+    )
+
+
+def requests(session: Session, view: View, *, tenant_id: str | None, model: str | None,
+             status: str | None, limit: int = 100) -> list[lookups.RequestLine]:
+    return lookups.recent_requests(session, lower=view.lower, upper=view.upper,
+                                   tenant_id=tenant_id, model=model, status=status, limit=limit)

@@ -1,0 +1,72 @@
+"""Tenants: the overview's figures per tenant, and one tenant's trends and statement."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import context, data, formatting, panels
+from gateway import billing
+from gateway.errors import InvalidRequest
+
+ctx = context.current()
+view = ctx.view
+st.title("Tenants")
+with ctx.sessions() as session:
+    everyone = data.tenants(session, view)
+
+if context.has_traffic(ctx, in_view=bool(everyone.figures)):
+    rows = []
+    for tenant_id, f in sorted(everyone.figures.items(),
+                               key=lambda item: (-item[1].cost_total, item[0])):
+        rows.append({
+            "tenant": everyone.names.get(tenant_id, tenant_id),
+            "currency": f.currency,
+            "spend": f.cost_total,
+            "completed interactions": f.completed_interactions,
+            "cost per completed interaction": f.cost_per_completed_interaction,
+            "attempts": f.requests,
+            "failed or retried share": f.failed_cost_share,
+            "token hit rate": f.hit_rate,
+            "routing efficiency": f.routing_efficiency,
+            "saved by cache": f.saved,
+            "lost to avoidable misses": f.avoidable_miss_cost if f.ceiling_requests else None,
+        })
+    st.dataframe(rows, hide_index=True, key="tenant_table", column_config={
+        "failed or retried share": st.column_config.NumberColumn(format="percent"),
+        "token hit rate": st.column_config.NumberColumn(format="percent"),
+        "routing efficiency": st.column_config.NumberColumn(format="percent"),
+    })
+
+st.header("A tenant")
+if not everyone.names:
+    st.info("No tenants yet: `kvgate tenants create NAME`, then "
+            "`kvgate keys create --tenant NAME`.")
+else:
+    tenant_id = st.selectbox("Tenant", list(everyone.names), key="tenant",
+                             format_func=everyone.names.__getitem__)
+    name = everyone.names[tenant_id]
+    try:
+        with ctx.sessions() as session:
+            one = data.tenant(session, view, tenant_id)
+    except InvalidRequest as exc:
+        st.error(f"No statement for this period: {exc.message}")
+    else:
+        statement = one.statement
+        if statement is not None:
+            st.subheader("Billing statement")
+            st.caption(f"UTC days {view.start} to {view.end} (statements are cut on UTC days), "
+                       f"the same bytes as `GET /v1/billing/statement`. Total "
+                       f"{formatting.money(statement.totals.cost_total, statement.currency)}.")
+            left, right, _ = st.columns([1, 1, 4])
+            stem = f"kvgate-{name}-{view.start}-{view.end}"
+            for column, fmt in ((left, "csv"), (right, "json")):
+                body, media_type = billing.render(statement, fmt)
+                column.download_button(f"Download {fmt.upper()}", body, file_name=f"{stem}.{fmt}",
+                                       mime=media_type, key=f"statement_{fmt}",
+                                       icon=":material/download:", on_click="ignore")
+        st.subheader(f"{name}: figures")
+        if one.overview.totals.requests:
+            panels.metrics(one.overview)
+            panels.trends(one.overview, view.for_tenant(tenant_id))
+        else:
+            st.info(f"No requests from {name} in this period.")

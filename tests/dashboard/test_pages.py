@@ -1,0 +1,286 @@
+"""Every page under Streamlit's AppTest, with data and on an empty database.
+
+Expected figures are computed here from the records the test inserted (exact Decimals),
+then put through the dashboard's formatting, which is the only rounding there is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import pyarrow.ipc
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.testing.v1 import AppTest
+
+from dashboard import formatting
+from gateway import billing
+from gateway.accounting.records import Record
+from gateway.db import crud
+from pricing.cost import NANO, PER_MILLION
+from tests.dashboard.conftest import BOOK, JAN, JUL, World, open_app
+
+D = Decimal
+
+
+def metrics(app: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in app.metric}
+
+
+def nodes(node: Any) -> Iterator[Any]:
+    yield node
+    for child in getattr(node, "children", {}).values():
+        yield from nodes(child)
+
+
+def charts(app: AppTest) -> list[Any]:
+    """The page's Vega-Lite charts."""
+    return [n for n in nodes(app.main) if getattr(n, "type", "") == "vega_lite_chart"]
+
+
+def chart_values(chart: Any) -> list[dict[str, Any]]:
+    """A chart's data points: Streamlit sends them as Arrow tables beside the spec."""
+    tables = [dataset.data.data for dataset in chart.proto.datasets]
+    if chart.proto.data.data:
+        tables.append(chart.proto.data.data)
+    return [row for table in tables
+            for row in pyarrow.ipc.open_stream(table).read_all().to_pylist()]
+
+
+def texts(app: AppTest, kind: str) -> str:
+    return "\n".join(str(element.value) for element in getattr(app, kind))
+
+
+def ttft_edge(millis: float) -> str:
+    """What the dashboard shows for a TTFT: the upper edge of its 1/8-doubling bucket."""
+    return formatting.millis(2 ** ((math.floor(8 * math.log2(millis)) + 1) / 8))
+
+
+def expected(records: list[Record]) -> dict[str, str]:
+    """The overview's headline figures, from the records alone."""
+    total = sum((r.cost.total for r in records), D(0))
+    equivalent = sum((r.cost.uncached_equivalent for r in records), D(0))
+    failed = sum((r.cost.total for r in records if r.status != "completed"), D(0))
+    completed = len({(r.tenant_id, r.interaction_id) for r in records if r.status == "completed"})
+    prompt = sum(r.usage.prompt_tokens for r in records)
+    read = sum(r.usage.cache_read_tokens for r in records)
+    routed = [r for r in records if r.ceiling_cached_tokens is not None]
+    avoidable = D(0)
+    for r in routed:
+        price = BOOK.price_for(r.model, at=r.started_at)
+        assert price is not None and r.ceiling_cached_tokens is not None
+        missed = max(r.ceiling_cached_tokens - r.usage.cache_read_tokens, 0)
+        avoidable += missed * (price.input - price.cache_read) / PER_MILLION
+    return {
+        "Spend": formatting.money(total),
+        "Completed interactions": f"{completed:,}",
+        "Cost per completed interaction": formatting.money((total / completed).quantize(NANO)),
+        "Failed or retried attempts": formatting.percent(failed / total),
+        "Token hit rate": formatting.percent(D(read) / prompt),
+        "Routing efficiency": formatting.percent(
+            D(sum(r.usage.cache_read_tokens for r in routed))
+            / sum(r.ceiling_cached_tokens or 0 for r in routed)),
+        "Saved by the cache": formatting.money(equivalent - total),
+        "Lost to avoidable misses": formatting.money(avoidable),
+    }
+
+
+def test_overview_figures_equal_those_computed_from_the_records(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch)
+    shown = metrics(app)
+    assert {k: shown[k] for k in expected(world.records)} == expected(world.records)
+    assert shown["Spend"] == "USD 0.150974155"  # 0.000974155 (acme) + 0.15 (bravo)
+    assert shown["Completed interactions"] == "5"
+    # Cold: 400, 800, 2000 ms; warm: 90, 100, 120 ms (nearest rank, bucket upper edges).
+    assert [shown[f"TTFT {k}"] for k in ("cold p50", "cold p90", "warm p50", "warm p90")] == [
+        ttft_edge(800), ttft_edge(2000), ttft_edge(100), ttft_edge(120)]
+    drawn = charts(app)
+    assert len(drawn) == 4
+    assert json.loads(drawn[0].proto.spec)["title"] == "Spend and cache value per hour (USD)"
+    spend = [v for v in chart_values(drawn[0]) if v["series"] == "spend"]
+    # Hourly buckets over two days; the 00:00 UTC bucket of July 1 holds 3, 4 and 6.
+    july_first = next(v for v in spend if v["at"] == "2026-07-01T00:00:00Z")
+    assert D(str(july_first["value"])) == sum(
+        (r.cost.total for r in world.records[2:4] + world.records[5:6]), D(0))
+
+
+def test_overview_filters_by_tenant_and_model(world: World, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    app = open_app(world.url, monkeypatch)
+    app.multiselect(key="tenants").set_value([world.a])
+    app.multiselect(key="models").set_value(["m"]).run()
+    chosen = [r for r in world.records if r.tenant_id == world.a and r.model == "m"]
+    shown = metrics(app)
+    assert {k: shown[k] for k in expected(chosen)} == expected(chosen)
+    assert shown["Completed interactions"] == "3"  # i1, i2, conv
+
+
+def test_overview_reads_days_in_the_viewers_zone(world: World, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """July 1 in Tokyo (UTC+9) is June 30 15:00 to July 1 15:00 UTC: records 3 to 7."""
+    app = open_app(world.url, monkeypatch, zone="Asia/Tokyo", start=date(2026, 7, 1),
+                   end=date(2026, 7, 1))
+    assert metrics(app)["Spend"] == formatting.money(
+        sum((r.cost.total for r in world.records[2:]), D(0)))
+
+
+def test_overview_without_traffic_in_the_period_says_where_traffic_is(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch, start=date(2026, 8, 1), end=date(2026, 8, 2))
+    assert not app.metric
+    assert "Traffic runs from 2026-06-30 10:00:00.000 to 2026-07-01 07:00:00.000" in texts(
+        app, "info")
+
+
+@pytest.mark.parametrize("page", [None, "tenants", "models", "routing", "requests"])
+def test_every_page_on_an_empty_database_says_what_to_do(
+    empty_world: World, monkeypatch: pytest.MonkeyPatch, page: str | None
+) -> None:
+    app = open_app(empty_world.url, monkeypatch, page=page)
+    shown = texts(app, "info")
+    if page == "models":
+        assert "No prices yet: `kvgate prices sync`" in shown
+    else:
+        assert "No traffic yet. Point an OpenAI client at the gateway" in shown
+    if page == "tenants":
+        assert "No tenants yet: `kvgate tenants create NAME`" in shown
+
+
+@pytest.fixture
+def media(monkeypatch: pytest.MonkeyPatch) -> list[MemoryMediaFileStorage]:
+    """The media stores AppTest creates: where download buttons keep their bytes."""
+    stores: list[MemoryMediaFileStorage] = []
+
+    class Kept(MemoryMediaFileStorage):
+        def __init__(self, endpoint: str) -> None:
+            super().__init__(endpoint)
+            stores.append(self)
+
+    monkeypatch.setattr("streamlit.testing.v1.app_test.MemoryMediaFileStorage", Kept)
+    return stores
+
+
+def download(app: AppTest, stores: list[MemoryMediaFileStorage], key: str) -> bytes:
+    button = next(b for b in app.get("download_button") if b.proto.id.endswith(key))
+    return bytes(stores[-1].get_file(button.proto.url.rsplit("/", 1)[1]).content)
+
+
+def test_tenants_table_and_statement_downloads_equal_the_billing_api(
+    world: World, monkeypatch: pytest.MonkeyPatch, media: list[MemoryMediaFileStorage]
+) -> None:
+    app = open_app(world.url, monkeypatch, page="tenants")
+    table = {row["tenant"]: row for row in app.dataframe[0].value.to_dict("records")}
+    acme = [r for r in world.records if r.tenant_id == world.a]
+    spend = sum((r.cost.total for r in acme), D(0))
+    assert table["acme"]["spend"] == spend == D("0.000974155")
+    assert table["acme"]["completed interactions"] == 4
+    assert table["acme"]["cost per completed interaction"] == (spend / 4).quantize(NANO)
+    assert table["bravo"]["spend"] == D("0.150000000")
+    assert list(table) == ["bravo", "acme"]  # biggest spender first
+    app.selectbox(key="tenant").set_value(world.a).run()
+    with world.sessions() as session:
+        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="acme"),
+                                            start=date(2026, 6, 30), end=date(2026, 7, 1))
+    assert download(app, media, "statement_csv") == billing.render(statement, "csv")[0]
+    assert download(app, media, "statement_json") == billing.render(statement, "json")[0]
+    assert metrics(app)["Completed interactions"] == str(statement.totals.completed_interactions)
+    assert metrics(app)["Cost per completed interaction"] == formatting.money(
+        statement.totals.cost_per_completed_interaction)
+
+
+def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch, page="models")
+    book = app.dataframe[0].value.to_dict("records")
+    assert [(r["model"], r["input / 1M"], r["cache read / 1M"]) for r in book] == [
+        ("m", D("0.200000000"), D("0.020000000")), ("m", D("0.150000000"), D("0.015000000"))]
+    paid = app.dataframe[1].value.to_dict("records")
+    for row, price in zip(paid, (JAN, JUL), strict=True):
+        under = [r for r in world.records if r.price_id == price.id]
+        cost = sum((r.cost.uncached + r.cost.cache_read + r.cost.cache_write for r in under),
+                   D(0))
+        prompt = sum(r.usage.prompt_tokens for r in under)
+        assert row["list input / 1M"] == price.input
+        assert row["paid input / 1M"] == cost * PER_MILLION / prompt
+        assert row["prompt tokens"] == prompt
+    # June: (1000 x 0.20 + 200 x 0.20 + 800 x 0.02) / 2000 tokens = 0.128 per 1M.
+    assert paid[0]["paid input / 1M"] == D("0.128")
+    assert "1 attempts in this period had no price entry" in texts(app, "warning")
+    assert app.dataframe[2].value.to_dict("records") == [
+        {"model": "unpriced", "attempts": 1, "prompt tokens": 7, "output tokens": 1}]
+    assert len(charts(app)) == 2
+
+
+def test_routing_page_compares_predictions_and_ceilings_per_replica(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch, page="routing")
+    rows = {(r["model"], r["replica"]): r
+            for r in app.dataframe[0].value.to_dict("records")}
+    r2 = [r for r in world.records if r.upstream == "http://r2"]
+    assert rows[("m", "http://r2")]["attempts"] == 3
+    assert rows[("m", "http://r2")]["failed"] == 1
+    assert rows[("m", "http://r2")]["predicted cached tokens"] == 800 + 900
+    assert rows[("m", "http://r2")]["reported cached tokens (predicted requests)"] == 800 + 900
+    assert rows[("m", "http://r2")]["token hit rate"] == D(
+        sum(r.usage.cache_read_tokens for r in r2)) / sum(r.usage.prompt_tokens for r in r2)
+    unrouted = rows[("unpriced", "http://r1")]["predicted cached tokens"]
+    assert unrouted is None or math.isnan(unrouted)  # an empty cell
+    assert "No routing data yet" not in texts(app, "info")
+    assert len(charts(app)) == 4
+
+
+def test_routing_page_before_routing_records_anything_says_so(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch, page="routing", start=date(2026, 6, 30),
+                   end=date(2026, 6, 30))
+    assert "No routing data yet" not in texts(app, "info")  # record 2 carries a ceiling
+    app.multiselect(key="models").set_value(["unpriced"])
+    app.date_input(key="period").set_value((date(2026, 7, 1), date(2026, 7, 1))).run()
+    assert texts(app, "info").count("No routing data yet") == 2
+
+
+def test_requests_page_lists_filters_and_looks_up_every_attempt(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch, page="requests", zone="Asia/Tokyo",
+                   start=date(2026, 6, 30), end=date(2026, 7, 2))
+    latest = app.dataframe(key="recent").value.to_dict("records")
+    assert [r["request id"] for r in latest] == [f"req_{n}" for n in (7, 5, 6, 4, 3, 2, 1)]
+    assert latest[0]["started (Asia/Tokyo)"] == "2026-07-01 15:10:00.000"  # 06:10 UTC
+    assert latest[0]["cost total"] == world.records[6].cost.total
+    app.selectbox(key="req_status").set_value("failed").run()
+    assert [r["request id"] for r in app.dataframe(key="recent").value.to_dict("records")] == [
+        "req_3"]
+    app.text_input(key="lookup").set_value("req_7").run()
+    attempts = app.dataframe(key="attempts").value.to_dict("records")
+    assert [(r["request id"], r["attempt"], r["status"]) for r in attempts] == [
+        ("req_3", 1, "failed"), ("req_4", 2, "completed"), ("req_7", 1, "completed")]
+    conversation = world.records[2:4] + world.records[6:7]
+    assert formatting.money(sum((r.cost.total for r in conversation), D(0))) in texts(
+        app, "caption")
+    app.text_input(key="lookup").set_value("conv").run()
+    assert len(app.dataframe(key="attempts").value) == 3
+    app.text_input(key="lookup").set_value("nope").run()
+    assert "No request or interaction 'nope'" in texts(app, "warning")
+
+
+def test_a_password_is_asked_for_when_set(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVGATE_DATABASE_URL", world.url)
+    monkeypatch.setenv("KVGATE_DASHBOARD_PASSWORD", "s3cret-dashboard")
+    app = AppTest.from_file(str(open_app.__globals__["APP"]), default_timeout=30).run()
+    assert not app.metric and not app.sidebar.children
+    app.text_input(key="kvgate.password").set_value("wrong").run()
+    assert "That is not the dashboard password." in texts(app, "error")
+    app.text_input(key="kvgate.password").set_value("s3cret-dashboard").run()
+    assert app.title[0].value == "Overview"
