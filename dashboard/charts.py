@@ -28,19 +28,19 @@ def _data(points: Sequence[Point]) -> dict[str, Any]:
     return {"values": [{"at": p.at, "series": p.series, "value": p.value} for p in points]}
 
 
-def _time_axis(title: str = "") -> alt.X:
-    return alt.X("at:T", title=title, scale=alt.Scale(type="utc"),
-                 axis=alt.Axis(format="%b %d %H:%M", labelOverlap=True))
+def _time_axis(hourly: bool) -> alt.X:
+    return alt.X("at:T", title=None, scale=alt.Scale(type="utc"),
+                 axis=alt.Axis(format="%b %d %H:%M" if hourly else "%b %d", labelOverlap=True))
 
 
 def trend(points: Sequence[Point], *, title: str, y_title: str, y_format: str = ",.2f",
-          step: bool = False) -> alt.Chart:
+          hourly: bool = False) -> alt.Chart:
     """Lines over time, one per series; gaps stay gaps."""
     chart: alt.Chart = (
         alt.Chart(_data(points), title=title, height=HEIGHT)
-        .mark_line(point=True, interpolate="step-after" if step else "linear")
+        .mark_line(point=True)
         .encode(
-            x=_time_axis(),
+            x=_time_axis(hourly),
             y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=y_format)),
             color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
             tooltip=[alt.Tooltip("at:T", title="time", format="%Y-%m-%d %H:%M",

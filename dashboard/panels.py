@@ -92,12 +92,14 @@ def trends(data: Overview, view: View) -> None:
     left.altair_chart(charts.trend(
         _points(view, trend, {"spend": lambda f: f.cost_total, "saved by cache": lambda f: f.saved,
                               "lost to avoidable misses": lambda f: f.avoidable_miss_cost}),
-        title=f"Spend and cache value per {view.bucket} ({cur})", y_title=cur, y_format=",.6f"),
+        title=f"Spend and cache value per {view.bucket} ({cur})", y_title=cur, y_format=",.6f",
+        hourly=view.bucket == "hour"),
         width="stretch")
     right.altair_chart(charts.trend(
         _points(view, trend, {"cost per completed interaction":
                               lambda f: f.cost_per_completed_interaction}),
-        title=f"Cost per completed interaction ({cur})", y_title=cur, y_format=",.6f"),
+        title=f"Cost per completed interaction ({cur})", y_title=cur, y_format=",.6f",
+        hourly=view.bucket == "hour"),
         width="stretch")
     left, right = st.columns(2)
     hit = {"token hit rate": lambda f: f.hit_rate}
@@ -108,7 +110,8 @@ def trends(data: Overview, view: View) -> None:
                     else Decimal(f.ceiling_cache_read_tokens) / f.ceiling_prompt_tokens}
     left.altair_chart(charts.trend(_points(view, trend, hit),
                                    title="Token hit rate against the ceiling", y_title="",
-                                   y_format=".0%"), width="stretch")
+                                   y_format=".0%", hourly=view.bucket == "hour"),
+                   width="stretch")
     if not data.totals.ceiling_requests:
         left.caption(f"Ceiling: {NO_ROUTING}.")
     ttft_points = [
@@ -118,4 +121,5 @@ def trends(data: Overview, view: View) -> None:
                             ("warm p50", t.warm_p50_ms), ("warm p90", t.warm_p90_ms))
     ]
     right.altair_chart(charts.trend(ttft_points, title="Time to first token (ms)",
-                                    y_title="ms", y_format=",.0f"), width="stretch")
+                                    y_title="ms", y_format=",.0f",
+                                    hourly=view.bucket == "hour"), width="stretch")

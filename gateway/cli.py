@@ -102,6 +102,21 @@ def sim(
                         timing=timing, max_model_len=max_model_len), host=host, port=port)
 
 
+@app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8501,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Run the Streamlit dashboard on the database named by KVGATE_DATABASE_URL."""
+    import os
+
+    from dashboard.launcher import command
+
+    argv = command(host=host, port=port)
+    # Become streamlit, so signals sent to `kvgate dashboard` reach the server itself.
+    os.execv(argv[0], argv)
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to the database named by KVGATE_DATABASE_URL."""

@@ -71,5 +71,6 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         points = [Point(at, name, None if v is None else float(v))
                   for name, values in series.items() for at, v in values]
         st.altair_chart(charts.trend(points, title="Token hit rate: achieved vs ceiling "
-                                     "(requests with a ceiling)", y_title="", y_format=".0%"),
+                                     "(requests with a ceiling)", y_title="", y_format=".0%",
+                                     hourly=view.bucket == "hour"),
                         width="stretch")
