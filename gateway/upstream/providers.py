@@ -299,7 +299,6 @@ class Providers:
         if self._litellm is None:
             os.environ.update(OFFLINE_ENVIRONMENT)
             import litellm
-
             from litellm.litellm_core_utils.litellm_logging import Logging
 
             litellm.telemetry = False
@@ -307,7 +306,7 @@ class Providers:
             litellm.drop_params = True
             # litellm prices every response with its own map (twice, ~2 ms of CPU); kvgate
             # bills from its dated book and never reads that figure, so it is not computed.
-            Logging.response_cost_calculator = _no_cost
+            Logging.response_cost_calculator = _no_cost  # type: ignore[method-assign]
             for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
                 logging.getLogger(name).setLevel(logging.WARNING)
             self._litellm = litellm

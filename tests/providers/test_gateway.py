@@ -144,6 +144,11 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
         # litellm does not pass the tier on from a stream's message_start: base rates.
         ("anthropic/anthropic-cache-write", None, SONNET.id, True)}
 
+    legacy = httpx.post(stack.gateway.url + "/v1/completions",
+                        headers={"authorization": f"Bearer {stack.key}"},
+                        json={"model": "claude", "prompt": "Paris is"})
+    assert legacy.status_code == 400 and legacy.json()["error"]["param"] == "model"
+
     statement = stack.statement()
     [line] = statement["line_items"]
     assert (line["model"], line["requests"], line["uncached_tokens"], line["cache_write_tokens"],
