@@ -73,11 +73,13 @@ def demo(
     port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
     sim_ports: Annotated[str, typer.Option(help="Ports of the two simulated replicas.")] = "8101,8102",
     workdir: Annotated[Path, typer.Option(help="Where the demo keeps its files.")] = Path("var/demo"),
+    dashboard_port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
 ) -> None:
-    """Two simulated replicas, the gateway on SQLite, a demo tenant and key: all local."""
+    """Two simulated replicas, the gateway on SQLite, the dashboard, a short workload."""
     from gateway.demo import run_demo
 
-    run_demo(settings(), port=port, sim_ports=[int(p) for p in sim_ports.split(",")], workdir=workdir)
+    run_demo(settings(), port=port, sim_ports=[int(p) for p in sim_ports.split(",")],
+             workdir=workdir, dashboard_port=dashboard_port)
 
 
 @app.command()

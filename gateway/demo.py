@@ -1,15 +1,20 @@
 """``kvgate demo``: everything local, nothing to set up.
 
-Two simulated replicas as child processes, the gateway in this process on SQLite, the
-demo price catalog, and a demo tenant with a key (kept in the demo folder so that a second
-run prints the same key). Ctrl-C stops everything.
+Two simulated replicas and the dashboard as child processes, the gateway in this process
+on SQLite, the demo price catalog, and a demo tenant with a key (kept in the demo folder so
+that a second run prints the same key). Once the gateway is up, a short built-in workload
+(``gateway.workload``) goes through it from a few more tenants, so the dashboard opens with
+data; then the gateway serves real clients until Ctrl-C stops everything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,16 +22,21 @@ from pathlib import Path
 
 import yaml
 
-from gateway.config import Settings
+from gateway import workload
 from gateway.auth import hash_key
+from gateway.config import Settings
 from gateway.db import crud
 from gateway.db.migrate import upgrade
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import NotFound
+from gateway.workload import Tenant
 from pricing.book import load_catalog
 
 DEMO_MODEL = "kvgate/demo-llama-8b"
 DEMO_TENANT = "demo"
+WORKLOAD_TENANTS = ("acme", "globex", "initech")
+
+log = logging.getLogger("kvgate.demo")
 
 
 def write_config(path: Path, sim_ports: list[int]) -> Path:
@@ -50,15 +60,22 @@ def prepare_database(settings: Settings, key_file: Path) -> str:
     sessions = session_factory(make_engine(settings.database_url))
     with transaction(sessions) as session:
         crud.add_prices(session, prices=load_catalog())
+    return tenant_key(settings, DEMO_TENANT, key_file)
+
+
+def tenant_key(settings: Settings, name: str, key_file: Path) -> str:
+    """A working key of tenant ``name`` (created if need be), kept in ``key_file``."""
+    sessions = session_factory(make_engine(settings.database_url))
+    with transaction(sessions) as session:
         if key_file.exists():
             key = key_file.read_text().strip()
             if hash_key(key) in crud.active_principals(session):
                 return key
         try:
-            crud.get_tenant(session, name=DEMO_TENANT)
+            crud.get_tenant(session, name=name)
         except NotFound:
-            crud.create_tenant(session, name=DEMO_TENANT)
-        issued = crud.create_key(session, tenant_name=DEMO_TENANT)
+            crud.create_tenant(session, name=name)
+        issued = crud.create_key(session, tenant_name=name)
     key_file.parent.mkdir(parents=True, exist_ok=True)
     key_file.write_text(issued.key + "\n")
     key_file.chmod(0o600)
@@ -68,23 +85,24 @@ def prepare_database(settings: Settings, key_file: Path) -> str:
 def wait_ready(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1) as reply:
-                if reply.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+            if reply.status == 200:
+                return
         time.sleep(0.1)
     raise RuntimeError(f"{url} did not become ready in {timeout_s:.0f} s")
 
 
 @contextlib.contextmanager
-def children(commands: list[list[str]], log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+def children(commands: list[list[str]], log_dir: Path, env: dict[str, str] | None = None
+             ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Child processes that are stopped (TERM, then KILL) however the block ends."""
     log_dir.mkdir(parents=True, exist_ok=True)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for number, command in enumerate(commands):
             log = open(log_dir / f"child-{number}.log", "wb")  # noqa: SIM115 (lives with the child)
-            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                              env=env))
         yield processes
     finally:
         for process in processes:
@@ -96,30 +114,55 @@ def children(commands: list[list[str]], log_dir: Path) -> Iterator[list[subproce
                 process.kill()
 
 
-def run_demo(settings: Settings, *, port: int, sim_ports: list[int], workdir: Path) -> None:
+def feed(base_url: str, tenants: list[Tenant]) -> None:
+    """Wait for the gateway, then send the built-in workload (runs beside the server)."""
+    try:
+        wait_ready(base_url.removesuffix("/v1") + "/healthz")
+    except RuntimeError as exc:
+        log.warning("demo workload not sent: %s", exc)
+        return
+    outcome = workload.run(base_url, tenants, DEMO_MODEL)
+    print(f"demo workload sent: {outcome.completed} completed, {outcome.failed} failed and "
+          f"retried, {outcome.cancelled} cancelled; the dashboard has data", flush=True)
+
+
+def run_demo(settings: Settings, *, port: int, sim_ports: list[int], workdir: Path,
+             dashboard_port: int = 8501) -> None:
     import uvicorn
 
+    from dashboard.launcher import command as dashboard_command
     from gateway.app import create_app
 
     workdir.mkdir(parents=True, exist_ok=True)
     config = write_config(workdir / "kvgate.yaml", sim_ports)
     settings = settings.model_copy(update={"config": config})
     key = prepare_database(settings, workdir / "demo-key.txt")
+    tenants = [Tenant(name, tenant_key(settings, name, workdir / "keys" / f"{name}.txt"))
+               for name in WORKLOAD_TENANTS]
     sims = [[sys.executable, "-m", "gateway.cli", "sim", "--port", str(p), "--model", DEMO_MODEL]
             for p in sim_ports]
-    with children(sims, workdir / "logs"):
+    # The dashboard reads the demo's database, and asks for no password.
+    env = {k: v for k, v in os.environ.items() if k != "KVGATE_DASHBOARD_PASSWORD"}
+    env["KVGATE_DATABASE_URL"] = settings.database_url
+    dashboard = dashboard_command(port=dashboard_port)
+    with children([*sims, dashboard], workdir / "logs", env=env):
         for sim_port in sim_ports:
             wait_ready(f"http://127.0.0.1:{sim_port}/health")
+        base_url = f"http://127.0.0.1:{port}/v1"
+        threading.Thread(target=feed, args=(base_url, tenants), name="demo-workload",
+                         daemon=True).start()
         print(f"""
 kvgate demo
-  gateway   http://127.0.0.1:{port}/v1   (model {DEMO_MODEL})
+  gateway   {base_url}   (model {DEMO_MODEL})
+  dashboard http://127.0.0.1:{dashboard_port}
   replicas  {', '.join(f'http://127.0.0.1:{p}' for p in sim_ports)}  (simulated vLLM)
   database  {settings.database_url}
   api key   {key}
 
   from openai import OpenAI
-  client = OpenAI(base_url="http://127.0.0.1:{port}/v1", api_key="{key}")
+  client = OpenAI(base_url="{base_url}", api_key="{key}")
 
-Ctrl-C stops everything.
+A short workload from tenants {', '.join(WORKLOAD_TENANTS)} is on its way, so the dashboard
+opens with data. Ctrl-C stops everything.
 """, flush=True)
         uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
