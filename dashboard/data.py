@@ -6,9 +6,9 @@ The benchmark (``benchmarks/dashboard.py``) times these same functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from dashboard.view import View
 from gateway import billing
@@ -28,11 +28,12 @@ class Overview:
 
 def overview(session: Session, view: View) -> Overview:
     scope, edges = view.scope, view.edges()
+    ttft, ttft_trend = aggregates.ttft_trend(session, scope, edges)
     return Overview(
         totals=aggregates.totals(session, scope),
-        ttft=aggregates.ttft(session, scope),
+        ttft=ttft,
         trend=aggregates.trend(session, scope, edges),
-        ttft_trend=aggregates.ttft_trend(session, scope, edges),
+        ttft_trend=ttft_trend,
     )
 
 
@@ -46,20 +47,15 @@ def tenants(session: Session, view: View) -> Tenants:
     return Tenants(lookups.tenant_names(session), aggregates.by_tenant(session, view.scope))
 
 
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    overview: Overview
-    statement: billing.Statement | None
-
-
-def tenant(session: Session, view: View, tenant_id: str) -> Tenant:
-    """One tenant's figures and its statement for the view's days, read as UTC days."""
-    row = lookups.tenant_row(session, tenant_id)
-    statement = (
-        None if row is None
-        else billing.build_statement(session, tenant=row, start=view.start, end=view.end)
-    )
-    return Tenant(overview(session, view.for_tenant(tenant_id)), statement)
+def statement(sessions: sessionmaker[Session], *, tenant_id: str, start: date, end: date,
+              fmt: str) -> bytes:
+    """A tenant's statement for UTC days start..end: the billing API's bytes."""
+    with sessions() as session:
+        row = lookups.tenant_row(session, tenant_id)
+        if row is None:
+            raise LookupError(f"no tenant {tenant_id!r}")
+        built = billing.build_statement(session, tenant=row, start=start, end=end)
+    return billing.render(built, fmt)[0]
 
 
 @dataclass(frozen=True, slots=True)

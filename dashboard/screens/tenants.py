@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
-from dashboard import context, data, formatting, panels
+from dashboard import context, data, panels
 from gateway import billing
 from gateway.errors import InvalidRequest
 
@@ -45,28 +47,28 @@ else:
     tenant_id = st.selectbox("Tenant", list(everyone.names), key="tenant",
                              format_func=everyone.names.__getitem__)
     name = everyone.names[tenant_id]
+    st.subheader("Billing statement")
     try:
-        with ctx.sessions() as session:
-            one = data.tenant(session, view, tenant_id)
+        billing.check_period(view.start, view.end)
     except InvalidRequest as exc:
         st.error(f"No statement for this period: {exc.message}")
     else:
-        statement = one.statement
-        if statement is not None:
-            st.subheader("Billing statement")
-            st.caption(f"UTC days {view.start} to {view.end} (statements are cut on UTC days), "
-                       f"the same bytes as `GET /v1/billing/statement`. Total "
-                       f"{formatting.money(statement.totals.cost_total, statement.currency)}.")
-            left, right, _ = st.columns([1, 1, 4])
-            stem = f"kvgate-{name}-{view.start}-{view.end}"
-            for column, fmt in ((left, "csv"), (right, "json")):
-                body, media_type = billing.render(statement, fmt)
-                column.download_button(f"Download {fmt.upper()}", body, file_name=f"{stem}.{fmt}",
-                                       mime=media_type, key=f"statement_{fmt}",
-                                       icon=":material/download:", on_click="ignore")
-        st.subheader(f"{name}: figures")
-        if one.overview.totals.requests:
-            panels.metrics(one.overview)
-            panels.trends(one.overview, view.for_tenant(tenant_id))
-        else:
-            st.info(f"No requests from {name} in this period.")
+        st.caption(f"UTC days {view.start} to {view.end} (statements are cut on UTC days): "
+                   "the same bytes as `GET /v1/billing/statement`, made when you click.")
+        left, right, _ = st.columns([1, 1, 4])
+        stem = f"kvgate-{name}-{view.start}-{view.end}"
+        for column, fmt, mime in ((left, "csv", "text/csv"), (right, "json", "application/json")):
+            column.download_button(
+                f"Download {fmt.upper()}",
+                partial(data.statement, ctx.sessions, tenant_id=tenant_id, start=view.start,
+                        end=view.end, fmt=fmt),
+                file_name=f"{stem}.{fmt}", mime=mime, key=f"statement_{fmt}",
+                icon=":material/download:", on_click="ignore")
+    st.subheader(f"{name}: figures")
+    with ctx.sessions() as session:
+        mine = data.overview(session, view.for_tenant(tenant_id))
+    if mine.totals.requests:
+        panels.metrics(mine)
+        panels.trends(mine, view.for_tenant(tenant_id))
+    else:
+        st.info(f"No requests from {name} in this period.")

@@ -384,13 +384,16 @@ def ttft(session: Session, scope: Scope) -> Ttft:
 
 def ttft_trend(
     session: Session, scope: Scope, edges: Sequence[datetime]
-) -> list[tuple[datetime, Ttft]]:
-    """TTFT percentiles per time bucket (see ``trend`` for ``edges``)."""
+) -> tuple[Ttft, list[tuple[datetime, Ttft]]]:
+    """TTFT percentiles of the whole scope and per time bucket, from one scan."""
     to_bucket = bucketer(edges)
+    overall: dict[bool, dict[int, int]] = defaultdict(dict)
     per_bucket: dict[datetime, dict[bool, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
     for hour, warm, bucket, count in session.execute(_ttft_query(scope, by_hour=True)):
+        histogram = overall[bool(warm)]
+        histogram[bucket] = histogram.get(bucket, 0) + int(count)
         start = to_bucket(hour)
         if start is not None:
             histogram = per_bucket[start][bool(warm)]
             histogram[bucket] = histogram.get(bucket, 0) + int(count)
-    return [(start, _ttft(per_bucket.get(start, {}))) for start in edges[:-1]]
+    return _ttft(overall), [(start, _ttft(per_bucket.get(start, {}))) for start in edges[:-1]]

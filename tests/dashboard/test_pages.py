@@ -15,7 +15,8 @@ from typing import Any
 
 import pyarrow.ipc
 import pytest
-from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.runtime.media_file_manager import MediaFileManager
+from streamlit.runtime.media_file_storage import MediaFileStorage
 from streamlit.testing.v1 import AppTest
 
 from dashboard import formatting
@@ -155,26 +156,28 @@ def test_every_page_on_an_empty_database_says_what_to_do(
 
 
 @pytest.fixture
-def media(monkeypatch: pytest.MonkeyPatch) -> list[MemoryMediaFileStorage]:
-    """The media stores AppTest creates: where download buttons keep their bytes."""
-    stores: list[MemoryMediaFileStorage] = []
+def media(monkeypatch: pytest.MonkeyPatch) -> list[MediaFileManager]:
+    """The media managers AppTest creates: where download buttons keep their bytes."""
+    managers: list[MediaFileManager] = []
 
-    class Kept(MemoryMediaFileStorage):
-        def __init__(self, endpoint: str) -> None:
-            super().__init__(endpoint)
-            stores.append(self)
+    class Kept(MediaFileManager):
+        def __init__(self, storage: MediaFileStorage) -> None:
+            super().__init__(storage)
+            managers.append(self)
 
-    monkeypatch.setattr("streamlit.testing.v1.app_test.MemoryMediaFileStorage", Kept)
-    return stores
+    monkeypatch.setattr("streamlit.testing.v1.app_test.MediaFileManager", Kept)
+    return managers
 
 
-def download(app: AppTest, stores: list[MemoryMediaFileStorage], key: str) -> bytes:
+def download(app: AppTest, managers: list[MediaFileManager], key: str) -> bytes:
+    """Click a deferred download button's data into being, as the browser's click does."""
     button = next(b for b in app.get("download_button") if b.proto.id.endswith(key))
-    return bytes(stores[-1].get_file(button.proto.url.rsplit("/", 1)[1]).content)
+    url = managers[-1].execute_deferred(button.proto.deferred_file_id)
+    return bytes(managers[-1]._storage.get_file(url.rsplit("/", 1)[1]).content)
 
 
 def test_tenants_table_and_statement_downloads_equal_the_billing_api(
-    world: World, monkeypatch: pytest.MonkeyPatch, media: list[MemoryMediaFileStorage]
+    world: World, monkeypatch: pytest.MonkeyPatch, media: list[MediaFileManager]
 ) -> None:
     app = open_app(world.url, monkeypatch, page="tenants")
     table = {row["tenant"]: row for row in app.dataframe[0].value.to_dict("records")}
