@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,11 @@ def _backends() -> list[pytest.param]:  # type: ignore[valid-type]
     ]
 
 
-@pytest.fixture(params=_backends())
-def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A new, empty database: a SQLite file, or a fresh Postgres database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'kvgate.db'}"
+@contextmanager
+def new_database(backend: str, directory: Path) -> Iterator[str]:
+    """A new, empty database: a SQLite file, or a fresh Postgres database dropped after."""
+    if backend == "sqlite":
+        yield f"sqlite:///{directory / 'kvgate.db'}"
         return
     if not POSTGRES_URL:
         pytest.skip("KVGATE_TEST_DATABASE_URL is not set (CI sets it; see README)")
@@ -50,6 +51,12 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(params=_backends())
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with new_database(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

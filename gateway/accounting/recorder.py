@@ -158,7 +158,9 @@ class Recorder:
                 self._spill.append(record)
         else:
             self.stats.journaled += 1
-        self._wake.set()
+        # Wake the writer early only for a full batch; otherwise it flushes on its interval.
+        if self.backlog >= self.batch_size:
+            self._wake.set()
 
     @property
     def backlog(self) -> int:
@@ -188,11 +190,13 @@ class Recorder:
     # -- the writer thread -------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.0
+        # Drain first: a previous process's journal is replayed as soon as we start.
+        backoff, wait_s = 0.0, 0.0
         while True:
             stopping = self._stopping.is_set()
-            self._wake.wait(max(backoff, self.flush_interval_s))
+            self._wake.wait(wait_s)
             self._wake.clear()
+            wait_s = self.flush_interval_s
             try:
                 progressed = self._drain_once()
             except SQLAlchemyError as exc:
@@ -201,6 +205,7 @@ class Recorder:
                     log.warning("database unavailable, records wait in the journal: %s", exc)
                 self.stats.db_healthy = False
                 backoff = min(max(backoff * 2, 0.25), 5.0)
+                wait_s = max(backoff, self.flush_interval_s)
                 if stopping:
                     return
                 continue

@@ -1,0 +1,117 @@
+"""SIGKILL the gateway under load: every request a client saw complete has one record."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from openai import AsyncOpenAI
+from sqlalchemy import func, select
+
+from gateway.db.models import RequestRow
+from gateway.db.session import make_engine
+from tests.conftest import _backends, new_database
+from tests.e2e.conftest import make_tenant
+from tests.support.processes import (
+    free_port, gateway_env, kvgate, start_gateway, start_sim, write_config,
+)
+
+pytestmark = pytest.mark.e2e
+MODEL = "kvgate/demo-llama-8b"
+
+
+async def load(base_url: str, key: str, seen: list[str], stop_at: float, errors: list[str],
+               workers: int = 16) -> None:
+    """Workers send mixed streaming and plain requests until the gateway dies or time is up."""
+    client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=5)
+
+    async def worker(n: int) -> None:
+        i = 0
+        while time.monotonic() < stop_at:
+            i += 1
+            messages = [{"role": "user", "content": f"worker {n} request {i} " * 20}]
+            try:
+                if i % 2:
+                    reply = await client.chat.completions.with_raw_response.create(
+                        model=MODEL, messages=messages, max_tokens=4)
+                    reply.parse()
+                else:
+                    reply = await client.chat.completions.with_raw_response.create(
+                        model=MODEL, messages=messages, max_tokens=4, stream=True)
+                    chunks = [c async for c in reply.parse()]
+                    assert chunks  # the stream ran to [DONE]
+            except Exception as exc:
+                errors.append(repr(exc))
+                return  # the gateway is gone
+            seen.append(reply.headers["x-request-id"])
+
+    await asyncio.gather(*(worker(n) for n in range(workers)))
+    await client.close()
+
+
+@pytest.mark.parametrize("backend", [p.values[0] for p in _backends()],
+                         ids=[p.id for p in _backends()])
+def test_sigkill_under_load_loses_no_completed_request(backend: str, tmp_path: Path) -> None:
+    with new_database(backend, tmp_path) as database_url:
+        # A long flush interval keeps records in the journal only, so the kill must be
+        # survived by replaying it.
+        env = gateway_env(database_url, tmp_path / "journal",
+                          KVGATE_RECORDER_FLUSH_INTERVAL_S="30",
+                          KVGATE_RECORDER_BATCH_SIZE="100000")
+        kvgate("db", "upgrade", env=env)
+        kvgate("prices", "sync", env=env)
+        key, _ = make_tenant(env, "crash")
+        sims = [start_sim(tmp_path, extra=("--decode-tokens-per-s", "0", "--prefill-tokens-per-s", "0"))
+                for _ in range(2)]
+        config = write_config(tmp_path / "kvgate.yaml", [{"name": MODEL,
+                                                          "replicas": [s.url for s in sims]}])
+        port = free_port()
+        engine = make_engine(database_url)
+        try:
+            for cycle in range(2):
+                gateway = start_gateway(tmp_path, config, env, port=port)
+                seen: list[str] = []
+                errors: list[str] = []
+
+                async def run() -> None:
+                    stop_at = time.monotonic() + 20
+                    task = asyncio.ensure_future(
+                        load(gateway.url + "/v1", key, seen, stop_at, errors))
+                    while len(seen) < 150 and not task.done():
+                        await asyncio.sleep(0.02)
+                    gateway.stop(signal.SIGKILL)
+                    await task
+
+                asyncio.run(run())
+                assert len(seen) >= 150, (errors[:3], gateway.output()[-2000:])
+
+                assert gateway.process.returncode == -signal.SIGKILL
+                with engine.connect() as connection:
+                    before = connection.scalar(select(func.count()).where(
+                        RequestRow.request_id.in_(seen)))
+                assert before == 0, "records should have been in the journal only"
+                survivor = start_gateway(tmp_path, config, env, port=port)
+                deadline = time.monotonic() + 30
+                count = 0
+                while time.monotonic() < deadline:
+                    with engine.connect() as connection:
+                        count = connection.scalar(select(func.count()).where(
+                            RequestRow.request_id.in_(seen), RequestRow.status == "completed"))
+                    if count == len(seen):
+                        break
+                    time.sleep(0.1)
+                survivor.stop()  # a clean stop drains its own journal too
+                assert len(seen) >= 150
+                assert count == len(seen), f"cycle {cycle}: {len(seen) - count} completed requests lost"
+                assert len(set(seen)) == len(seen)
+            with engine.connect() as connection:
+                total = connection.scalar(select(func.count()).select_from(RequestRow))
+                distinct = connection.scalar(select(func.count(func.distinct(RequestRow.request_id))))
+            assert total == distinct
+        finally:
+            engine.dispose()
+            for sim in sims:
+                sim.stop()

@@ -1,0 +1,337 @@
+"""The gateway end to end: official openai client → kvgate serve → kvgate sim replicas.
+
+Costs are checked against an independent computation from the catalog's rates: the demo
+model's entry in force since 2026-07-01 is input 0.15, cache read 0.015, output 0.45 USD
+per million tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import openai
+import pytest
+from openai import AsyncOpenAI, OpenAI
+from sqlalchemy import select
+
+from gateway.db.models import RequestRow
+from tests.e2e.conftest import DOWN, MODEL, SOLO, Stack
+from tests.support.processes import kvgate
+
+pytestmark = pytest.mark.e2e
+
+RATES = {"input": Decimal("0.15"), "cache_read": Decimal("0.015"), "output": Decimal("0.45")}
+SYSTEM = "You are the kvgate test assistant. Answer briefly and precisely. " * 12
+
+
+def expected_cost(prompt: int, cached: int, output: int) -> Decimal:
+    """Independent of pricing/cost.py: each class at its rate, rounded to the nano-dollar."""
+    nano = Decimal("0.000000001")
+    parts = [(prompt - cached) * RATES["input"], cached * RATES["cache_read"], output * RATES["output"]]
+    return sum((Decimal(p) / Decimal(1_000_000)).quantize(nano) for p in parts)  # type: ignore[return-value]
+
+
+def client(stack: Stack, tenant: str = "alpha") -> OpenAI:
+    return OpenAI(base_url=stack.base_url, api_key=stack.keys[tenant], max_retries=0)
+
+
+def messages(user: str, system: str = SYSTEM) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def rows(stack: Stack, **where: Any) -> list[RequestRow]:
+    time.sleep(0.3)  # the recorder writes in batches every 50 ms in these tests
+    with stack.engine.connect() as connection:
+        query = select(RequestRow)
+        for name, value in where.items():
+            query = query.where(getattr(RequestRow, name) == value)
+        return list(connection.execute(query))  # type: ignore[arg-type]
+
+
+def raw(stack: Stack, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+        method: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(stack.url + path, data=body, headers=headers or {},
+                                     method=method or ("POST" if body is not None else "GET"))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def test_models_list(stack: Stack) -> None:
+    assert sorted(m.id for m in client(stack).models.list()) == sorted([MODEL, SOLO, DOWN])
+
+
+def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack) -> None:
+    c = client(stack)
+    first = c.chat.completions.create(model=SOLO, messages=messages("first question"), max_tokens=5)
+    second = c.chat.completions.create(model=SOLO, messages=messages("first question"), max_tokens=5)
+    assert first.usage and second.usage
+    assert first.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
+    cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    # Every full 16-token block but the one holding the last prompt token.
+    assert cached == (second.usage.prompt_tokens - 1) // 16 * 16
+    for reply in (first, second):
+        usage = reply.usage
+        assert usage is not None
+        cost = expected_cost(usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens,  # type: ignore[union-attr]
+                             usage.completion_tokens)
+        assert Decimal(usage.cost) == cost  # type: ignore[attr-defined]
+    (row,) = rows(stack, request_id=second._request_id)
+    assert (row.cache_read_tokens, row.uncached_tokens, row.output_tokens) == (
+        cached, second.usage.prompt_tokens - cached, 5)
+    assert row.status == "completed" and row.price_id == "kvgate/demo-llama-8b@2026-07-01T00:00:00Z"
+    assert row.cost_total == Decimal(second.usage.cost)  # type: ignore[attr-defined]
+
+
+def test_every_response_carries_a_request_id(stack: Stack) -> None:
+    reply = client(stack).chat.completions.with_raw_response.create(
+        model=SOLO, messages=messages("id please"), max_tokens=2)
+    assert reply.headers["x-request-id"].startswith("req_")
+    status, headers, _ = raw(stack, "/v1/models")
+    assert status == 401 and headers["x-request-id"].startswith("req_")
+
+
+def test_completions_sync_async_and_streaming(stack: Stack) -> None:
+    c = client(stack)
+    text = c.completions.create(model=SOLO, prompt="Once upon a time", max_tokens=4)
+    assert text.usage is not None and text.usage.completion_tokens == 4
+    assert len(text.choices[0].text.split()) == 4
+
+    async def run_async() -> tuple[Any, list[str]]:
+        ac = AsyncOpenAI(base_url=stack.base_url, api_key=stack.keys["alpha"], max_retries=0)
+        reply = await ac.chat.completions.create(model=MODEL, messages=messages("async"), max_tokens=3)
+        stream = await ac.completions.create(model=MODEL, prompt="async stream", max_tokens=3, stream=True)
+        pieces = [chunk.choices[0].text async for chunk in stream if chunk.choices]
+        await ac.close()
+        return reply, pieces
+
+    reply, pieces = asyncio.run(run_async())
+    assert reply.usage.completion_tokens == 3 and len(pieces) == 3
+
+
+def test_stream_without_include_usage_shows_no_usage_chunk(stack: Stack) -> None:
+    chunks = list(client(stack).chat.completions.create(
+        model=SOLO, messages=messages("stream me"), max_tokens=4, stream=True))
+    assert all(chunk.usage is None for chunk in chunks)
+    assert all(chunk.choices for chunk in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks).count(" ") >= 3
+
+
+def test_stream_with_include_usage_ends_with_priced_usage(stack: Stack) -> None:
+    c = client(stack)
+    prompt = messages("stream with usage")
+    c.chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)  # warm the cache
+    response = c.chat.completions.with_raw_response.create(
+        model=SOLO, messages=prompt, max_tokens=6, stream=True,
+        stream_options={"include_usage": True},
+    )
+    request_id = response.headers["x-request-id"]
+    chunks = list(response.parse())
+    usage = chunks[-1].usage
+    assert usage is not None and chunks[-1].choices == []
+    assert usage.completion_tokens == 6
+    cached = usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    assert cached > 0
+    assert Decimal(usage.cost) == expected_cost(usage.prompt_tokens, cached, 6)  # type: ignore[attr-defined]
+    (row,) = rows(stack, request_id=request_id)
+    assert row.stream and row.status == "completed" and row.first_token_at is not None
+    assert (row.cache_read_tokens, row.output_tokens, row.finish_reason) == (cached, 6, "length")
+
+
+def test_tenant_b_gets_no_cache_hit_on_tenant_a_prompt(stack: Stack) -> None:
+    prompt = messages("a secret only alpha has asked about")
+    a, b = client(stack, "alpha"), client(stack, "beta")
+    a.chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)
+    again = a.chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)
+    other = b.chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)
+    assert again.usage.prompt_tokens_details.cached_tokens > 0  # type: ignore[union-attr]
+    assert other.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
+
+
+def test_a_client_salt_never_reaches_another_tenant(stack: Stack) -> None:
+    prompt = messages("salted prompt", system="A system prompt used only by the salt test. " * 8)
+    extra = {"cache_salt": "shared-by-both-clients"}
+    client(stack, "alpha").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2,
+                                                   extra_body=extra)
+    other = client(stack, "beta").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2,
+                                                          extra_body=extra)
+    mine = client(stack, "alpha").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2,
+                                                          extra_body=extra)
+    unsalted = client(stack, "alpha").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)
+    assert other.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
+    assert mine.usage.prompt_tokens_details.cached_tokens > 0  # type: ignore[union-attr]
+    assert unsalted.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
+
+
+def test_interaction_header_and_metadata_group_requests(stack: Stack) -> None:
+    c = client(stack)
+    one = c.chat.completions.with_raw_response.create(
+        model=SOLO, messages=messages("turn 1"), max_tokens=2,
+        extra_headers={"X-Interaction-Id": "conv-42"})
+    two = c.chat.completions.with_raw_response.create(
+        model=SOLO, messages=messages("turn 2"), max_tokens=2,
+        extra_body={"metadata": {"interaction_id": "conv-43"}})
+    three = c.chat.completions.with_raw_response.create(model=SOLO, messages=messages("t3"), max_tokens=2)
+    ids = {r.interaction_id for r in rows(stack, request_id=one.headers["x-request-id"])}
+    assert ids == {"conv-42"}
+    assert {r.interaction_id for r in rows(stack, request_id=two.headers["x-request-id"])} == {"conv-43"}
+    rid = three.headers["x-request-id"]
+    assert {r.interaction_id for r in rows(stack, request_id=rid)} == {rid}
+
+
+@pytest.mark.parametrize("case", ["missing", "wrong", "malformed"])
+def test_bad_keys_get_401_in_openai_shape(stack: Stack, case: str) -> None:
+    headers = {"missing": {}, "wrong": {"Authorization": "Bearer kvg-nope"},
+               "malformed": {"Authorization": "Token abc"}}[case]
+    status, response_headers, body = raw(stack, "/v1/chat/completions", b"{}",
+                                         {"content-type": "application/json", **headers})
+    error = json.loads(body)["error"]
+    assert status == 401 and error["type"] == "authentication_error"
+    assert error["code"] == "invalid_api_key" and error["message"]
+    assert "x-request-id" in response_headers
+
+
+def test_openai_client_raises_authentication_error(stack: Stack) -> None:
+    bad = OpenAI(base_url=stack.base_url, api_key="kvg-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model=SOLO, messages=messages("x"), max_tokens=1)
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    (b"", 400, None),
+    (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
+    (b'{"model": 7, "messages": []}', 400, "model"),
+    (b'{"model": "solo-llama", "messages": "hi"}', 400, "messages"),
+    (b'{"model": "solo-llama", "messages": [{"content": "x"}]}', 400, "messages[0]"),
+    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}',
+     400, "max_tokens"),
+    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+     400, "max_tokens"),
+    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+     400, "stream"),
+    (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
+    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "' + b"x" * 70_000 + b'"}]}',
+     413, None),
+    (b"[" * 5000 + b"]" * 5000, 400, None),
+])
+def test_bad_input_gets_a_clear_openai_error_never_a_500(stack: Stack, body: bytes, status: int,
+                                                         param: str | None) -> None:
+    got, _, reply = raw(stack, "/v1/chat/completions", body, {
+        "Authorization": f"Bearer {stack.keys['alpha']}", "content-type": "application/json"})
+    error = json.loads(reply)["error"]
+    assert got == status, error
+    assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_upstream_down_gives_503_and_a_failed_record(stack: Stack) -> None:
+    c = client(stack)
+    with pytest.raises(openai.APIStatusError) as raised:
+        c.chat.completions.with_raw_response.create(model=DOWN, messages=messages("x"), max_tokens=1)
+    assert raised.value.status_code == 503
+    assert "unreachable" in raised.value.message
+    request_id = raised.value.response.headers["x-request-id"]
+    (row,) = rows(stack, request_id=request_id)
+    assert row.status == "failed" and "unreachable" in row.error and row.cost_total == 0
+    # The replica is now in its cool-down: a second request fails fast with the same 503.
+    with pytest.raises(openai.APIStatusError) as again:
+        c.chat.completions.create(model=DOWN, messages=messages("x"), max_tokens=1)
+    assert again.value.status_code == 503
+
+
+def test_revoked_key_is_refused(stack: Stack) -> None:
+    from tests.e2e.conftest import make_tenant
+
+    key, key_id = make_tenant(stack.env, "gamma")
+    gamma = OpenAI(base_url=stack.base_url, api_key=key, max_retries=0)
+    assert gamma.chat.completions.create(model=SOLO, messages=messages("hi"), max_tokens=1)
+    kvgate("keys", "revoke", key_id, env=stack.env)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            gamma.chat.completions.create(model=SOLO, messages=messages("hi"), max_tokens=1)
+        except openai.AuthenticationError:
+            return
+        time.sleep(0.2)
+    pytest.fail("revoked key still accepted after 5 s")
+
+
+def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
+    """A fresh tenant: every cost the client saw, summed, is the statement total."""
+    from tests.e2e.conftest import make_tenant
+
+    key, _ = make_tenant(stack.env, "delta")
+    c = OpenAI(base_url=stack.base_url, api_key=key, max_retries=0)
+    seen = Decimal(0)
+    tokens = {"uncached": 0, "cached": 0, "output": 0}
+    for n in range(6):
+        reply = c.chat.completions.create(model=SOLO, messages=messages(f"q{n % 2}"), max_tokens=3 + n,
+                                          extra_headers={"X-Interaction-Id": f"conv-{n % 3}"})
+        usage = reply.usage
+        assert usage is not None
+        cached = usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+        seen += Decimal(usage.cost)  # type: ignore[attr-defined]
+        assert Decimal(usage.cost) == expected_cost(usage.prompt_tokens, cached, usage.completion_tokens)  # type: ignore[attr-defined]
+        tokens["uncached"] += usage.prompt_tokens - cached
+        tokens["cached"] += cached
+        tokens["output"] += usage.completion_tokens
+    time.sleep(0.3)
+    today = datetime.now(UTC).date()
+    status, headers, body = raw(stack, f"/v1/billing/statement?start={today}&end={today}&format=json",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert status == 200, body
+    statement = json.loads(body)
+    assert statement["tenant"]["name"] == "delta"
+    totals = statement["totals"]
+    assert Decimal(totals["cost_total"]) == seen
+    assert (totals["uncached_tokens"], totals["cache_read_tokens"], totals["output_tokens"]) == (
+        tokens["uncached"], tokens["cached"], tokens["output"])
+    assert totals["requests"] == 6 and totals["completed_interactions"] == 3
+    (line,) = statement["line_items"]
+    assert (line["model"], line["input_rate"], line["cache_read_rate"], line["output_rate"]) == (
+        SOLO, "0.150000000", "0.015000000", "0.450000000")
+    status, headers, body = raw(stack, f"/v1/billing/statement?start={today}&end={today}&format=csv",
+                                headers={"Authorization": f"Bearer {key}"})
+    assert status == 200 and headers["content-type"].startswith("text/csv")
+    assert body.decode().splitlines()[-1].endswith("," + totals["cost_total"])
+    # The admin endpoint returns the same bytes for the same tenant and period.
+    status, _, admin_body = raw(stack, f"/v1/admin/statement?tenant=delta&start={today}&end={today}&format=csv",
+                                headers={"Authorization": f"Bearer {stack.admin_token}"})
+    assert status == 200 and admin_body == body
+
+
+def test_admin_endpoints_refuse_tenant_keys(stack: Stack) -> None:
+    today = date.today()
+    status, _, body = raw(stack, f"/v1/admin/statement?tenant=alpha&start={today}&end={today}",
+                          headers={"Authorization": f"Bearer {stack.keys['alpha']}"})
+    assert status == 401 and json.loads(body)["error"]["type"] == "authentication_error"
+
+
+def test_statement_query_errors_are_openai_shaped(stack: Stack) -> None:
+    auth = {"Authorization": f"Bearer {stack.keys['alpha']}"}
+    for query in ("start=2026-13-01&end=2026-12-01", "start=2026-12-02&end=2026-12-01",
+                  "end=2026-12-01", "start=2026-01-01&end=2026-01-02&format=xml"):
+        status, _, body = raw(stack, f"/v1/billing/statement?{query}", headers=auth)
+        assert status == 400, (query, body)
+        assert json.loads(body)["error"]["type"] == "invalid_request_error"
+
+
+def test_metrics_count_requests_tokens_and_cost(stack: Stack) -> None:
+    client(stack).chat.completions.create(model=SOLO, messages=messages("metrics"), max_tokens=2)
+    status, _, body = raw(stack, "/metrics")
+    text = body.decode()
+    assert status == 200
+    for name in ("kvgate_requests_total", "kvgate_tokens_total", "kvgate_cost_usd_total",
+                 "kvgate_ttft_seconds_bucket", "kvgate_request_duration_seconds_bucket",
+                 "kvgate_recorder_backlog", "kvgate_journal_bytes", "kvgate_replica_up"):
+        assert name in text, name
+    assert f'kvgate_requests_total{{model="{SOLO}",status="completed",upstream="{stack.sims[2].url}"}}' in text
