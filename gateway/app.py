@@ -128,7 +128,11 @@ def create_app(settings: Settings) -> FastAPI:
                     metrics.replica_in_flight.labels(name, replica.url).set(replica.in_flight)
 
         state.refresh_gauges = refresh_gauges
+        async def check_replicas() -> None:
+            await asyncio.gather(*(f.check_health(state.http) for f in proxy.fleets.values()))
+
         tasks = [
+            asyncio.ensure_future(_every(settings.health_interval_s, check_replicas, "health")),
             asyncio.ensure_future(_every(settings.key_refresh_s, keys.refresh, "key refresh")),
             asyncio.ensure_future(_every(settings.price_refresh_s, refresh_prices, "prices")),
         ]

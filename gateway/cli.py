@@ -297,6 +297,13 @@ def billing_statement(
     sys.stdout.buffer.write(billing.render(statement, format)[0])
 
 
+from gateway.replay.cli import replay  # noqa: E402 (defines its own options)
+
+app.command("replay", help="Replay a Mooncake trace against routing policies (offline or live).")(
+    replay
+)
+
+
 def main() -> None:
     from gateway.errors import KvgateError
 

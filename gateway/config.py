@@ -44,12 +44,32 @@ class Deployment(BaseModel):
     price_model: str | None = None
     # The model name the replicas know (default: the deployment name).
     upstream_model: str | None = None
-    policy: str = "round-robin"
+    # Routing: kv-aware (prefix affinity against load), round-robin, least-loaded,
+    # random or session; tunables are kv-aware's (gateway/routing/policy.py Tunables).
+    policy: str = "kv-aware"
     tunables: dict[str, float] = Field(default_factory=dict)
+    # The replicas' KV block size and cache capacity in blocks (the index's bound).
     block_size: int = Field(default=16, ge=1)
     capacity_blocks: int = Field(default=2048, ge=1)
+    # How prompts become blocks: none = text chunks (approximate); "kvgate-sim" = exact.
+    tokenizer: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _known_policy_and_tunables(self) -> Deployment:
+        from gateway.routing.policy import POLICIES, Tunables
+        from gateway.routing.prompts import SIM_TOKENIZER
+
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
+        try:
+            Tunables(**self.tunables)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise ValueError(f"unknown tunable: {exc}") from None
+        if self.tokenizer not in (None, SIM_TOKENIZER):
+            raise ValueError(f"tokenizer must be {SIM_TOKENIZER!r} or absent")
+        return self
 
     @property
     def bills_as(self) -> str:

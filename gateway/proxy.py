@@ -31,7 +31,7 @@ from gateway.auth import Principal, cache_salt
 from gateway.config import Deployment
 from gateway.errors import KvgateError, UpstreamError, UpstreamUnavailable, error_body
 from gateway.metrics import Metrics
-from gateway.routing.fleet import Fleet, Replica
+from gateway.routing.fleet import Fleet, Placement, Replica, Route
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
 from gateway.usage import Usage, UsageSource, from_openai
@@ -57,8 +57,13 @@ class Attempt:
 
     request_id: str
     number: int
-    replica: Replica
+    route: Route
+    placement: Placement
     started_at: datetime = field(default_factory=now)
+
+    @property
+    def replica(self) -> Replica:
+        return self.placement.replica
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,34 +92,48 @@ class Proxy:
 
     # -- building blocks ------------------------------------------------------------------
 
-    def upstream_body(self, ctx: Context) -> bytes:
-        """The client's body, with the served model name, tenant salt and usage asked for."""
+    def prepare(self, ctx: Context) -> tuple[bytes, Route]:
+        """The upstream body (served model name, tenant salt, usage asked for) and the
+        request's route (its salted block hashes), both computed once for every attempt."""
         call = ctx.call
+        salt = cache_salt(self.secret, ctx.principal.cache_scope, call.client_salt)
         body = dict(call.body)
         body["model"] = ctx.deployment.served_name
-        body["cache_salt"] = cache_salt(self.secret, ctx.principal.cache_scope, call.client_salt)
+        body["cache_salt"] = salt
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        return orjson.dumps(body)
+        route = self.fleets[ctx.deployment.name].route(
+            call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id)
+        return orjson.dumps(body), route
 
     def _timeout(self, deployment: Deployment) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(
             total=deployment.timeout_s, sock_connect=deployment.connect_timeout_s
         )
 
-    def _start(self, ctx: Context, number: int, tried: set[str]) -> Attempt:
-        fleet = self.fleets[ctx.deployment.name]
-        replica = fleet.choose(exclude=frozenset(tried))
-        tried.add(replica.url)
+    def _start(self, ctx: Context, route: Route, number: int, tried: set[str]) -> Attempt:
+        placement = self.fleets[ctx.deployment.name].place(route, exclude=frozenset(tried))
+        tried.add(placement.replica.url)
         request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"
-        replica.in_flight += 1
-        return Attempt(request_id=request_id, number=number, replica=replica)
+        return Attempt(request_id=request_id, number=number, route=route, placement=placement)
+
+    def _end(self, ctx: Context, attempt: Attempt) -> None:
+        self.fleets[ctx.deployment.name].finish(attempt.placement)
 
     def make_record(self, ctx: Context, attempt: Attempt, *, status: Status, usage: Usage,
                     first_token_at: datetime | None = None, finish_reason: str | None = None,
                     error: str | None = None) -> Record:
-        """Price the attempt with the entry in force at its start."""
+        """Price the attempt with the entry in force at its start; note what routing expected."""
         model = ctx.deployment.bills_as
+        fleet = self.fleets[ctx.deployment.name]
+        predicted = ceiling = None
+        if usage.source is UsageSource.REPORTED:
+            prompt_tokens = usage.prompt_tokens
+            predicted = fleet.predicted_tokens(attempt.route, attempt.placement, prompt_tokens)
+            ceiling = fleet.ceiling_tokens(attempt.route, prompt_tokens)
+            if status is Status.COMPLETED:
+                fleet.learn(attempt.route, attempt.placement,
+                            cached_tokens=usage.cache_read_tokens, prompt_tokens=prompt_tokens)
         price = self.book.price_for(model, at=attempt.started_at)
         if price is None and model not in self._unpriced_logged:
             self._unpriced_logged.add(model)
@@ -139,6 +158,8 @@ class Proxy:
             cost=compute(usage, price) if price else Cost(),
             stream=ctx.call.stream,
             error=error,
+            predicted_cached_tokens=predicted,
+            ceiling_cached_tokens=ceiling,
         )
 
     async def _keep(self, record: Record) -> None:
@@ -158,10 +179,10 @@ class Proxy:
     # -- non-streaming ----------------------------------------------------------------------
 
     async def complete(self, ctx: Context) -> Response:
-        body, tried = self.upstream_body(ctx), set[str]()
+        (body, route), tried = self.prepare(ctx), set[str]()
         fleet = self.fleets[ctx.deployment.name]
         for number in range(1, MAX_ATTEMPTS + 1):
-            attempt = self._start(ctx, number, tried)
+            attempt = self._start(ctx, route, number, tried)
             url = attempt.replica.url + ctx.call.endpoint.value
             try:
                 reply = await post_json(self.session, url, body, timeout=self._timeout(ctx.deployment))
@@ -175,7 +196,7 @@ class Proxy:
                 await self._fail(ctx, attempt, exc)
                 raise
             finally:
-                attempt.replica.in_flight -= 1
+                self._end(ctx, attempt)
             return await self._finish(ctx, attempt, reply.status, reply.body)
         raise AssertionError("unreachable")
 
@@ -201,29 +222,29 @@ class Proxy:
 
     async def open_stream(self, ctx: Context) -> Response:
         """Connect (with failover) and answer with a stream, or with the upstream's error."""
-        body, tried = self.upstream_body(ctx), set[str]()
+        (body, route), tried = self.prepare(ctx), set[str]()
         fleet = self.fleets[ctx.deployment.name]
         for number in range(1, MAX_ATTEMPTS + 1):
-            attempt = self._start(ctx, number, tried)
+            attempt = self._start(ctx, route, number, tried)
             url = attempt.replica.url + ctx.call.endpoint.value
             upstream = UpstreamStream(self.session, url, body, self._timeout(ctx.deployment))
             try:
                 status = await upstream.open()
             except UpstreamConnectError as exc:
-                attempt.replica.in_flight -= 1
+                self._end(ctx, attempt)
                 fleet.mark_down(attempt.replica)
                 await self._fail(ctx, attempt, exc)
                 if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
                     raise UpstreamUnavailable(exc.message) from exc
                 continue
             except UpstreamError as exc:
-                attempt.replica.in_flight -= 1
+                self._end(ctx, attempt)
                 await self._fail(ctx, attempt, exc)
                 raise
             if status != 200:
                 raw = await upstream.read_all()
                 await upstream.close()
-                attempt.replica.in_flight -= 1
+                self._end(ctx, attempt)
                 return await self._finish(ctx, attempt, status, raw)
             return StreamingResponse(
                 self._relay(ctx, attempt, upstream), media_type="text/event-stream",
@@ -234,6 +255,7 @@ class Proxy:
     async def _relay(self, ctx: Context, attempt: Attempt,
                      upstream: UpstreamStream) -> AsyncIterator[bytes]:
         state, splitter = sse.StreamState(), sse.EventSplitter()
+        fleet = self.fleets[ctx.deployment.name]
         first_token_at: datetime | None = None
         usage_chunk: dict[str, Any] | None = None
         error: UpstreamError | None = None
@@ -242,6 +264,7 @@ class Proxy:
                 for event in splitter.feed(data):
                     if first_token_at is None:
                         first_token_at = now()
+                        fleet.first_token(attempt.placement)
                     held = sse.inspect(event, state)
                     if held is not None:
                         usage_chunk = held
@@ -256,7 +279,7 @@ class Proxy:
             raise
         finally:
             await upstream.close()
-            attempt.replica.in_flight -= 1
+            fleet.finish(attempt.placement)
         if error is None and not state.saw_done:
             error = UpstreamError("upstream stream ended before [DONE]")
         status = Status.FAILED if error else Status.COMPLETED

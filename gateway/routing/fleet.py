@@ -1,19 +1,42 @@
-"""Replicas of one deployment: health, in-flight load, and the choice of one per request."""
+"""The replicas of one deployment: load, health, and where each request goes.
+
+    prompt hashes (once) ─▶ ceiling.observe ─▶ index.match_all ─▶ ReplicaView per healthy
+    replica ─▶ policy.choose ─▶ Placement (in-flight, queued prefill) ─▶ index.record
+    first token ─▶ queued prefill becomes a running sequence
+    usage ─▶ index.correct (a replica that reports less than predicted has evicted)
+
+Everything here runs on the event loop and is O(replicas + prompt blocks) per request.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
+import math
 import time
 from dataclasses import dataclass
 
+import aiohttp
+import xxhash
+
+from gateway.api.calls import Call
 from gateway.config import Deployment
 from gateway.errors import UpstreamUnavailable
+from gateway.routing.ceiling import HitCeiling
+from gateway.routing.index import ApproximateIndex
+from gateway.routing.policy import ReplicaView, RouteRequest, Tunables, choose
+from gateway.routing.prompts import Prompt, PromptHasher
+
+log = logging.getLogger("kvgate.fleet")
 
 
 @dataclass(slots=True)
 class Replica:
     url: str
     in_flight: int = 0
+    queued_prefill_tokens: int = 0  # predicted uncached tokens of requests before first token
+    running: int = 0  # requests past their first token
     down_until: float = 0.0
     failures: int = 0
 
@@ -21,35 +44,155 @@ class Replica:
         return self.down_until <= now
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The routing facts of one request, computed once for all its attempts."""
+
+    prompt: Prompt
+    ceiling_blocks: int
+    key: int
+    interaction: int
+
+
+@dataclass(slots=True)
+class Placement:
+    """One attempt's place on a replica, and what the router expected there."""
+
+    replica: Replica
+    predicted_blocks: int
+    queued_tokens: int
+    started: bool = False
+    finished: bool = False
+
+
+def _key(text: str) -> int:
+    return xxhash.xxh3_64_intdigest(text.encode())
+
+
 class Fleet:
     """The replicas behind one model name."""
 
-    def __init__(self, deployment: Deployment, *, cooldown_s: float = 5.0) -> None:
+    def __init__(self, deployment: Deployment, *, cooldown_s: float = 5.0,
+                 ceiling: HitCeiling | None = None) -> None:
         self.deployment = deployment
         self.cooldown_s = cooldown_s
         self.replicas = [Replica(url) for url in deployment.replica_urls]
+        self.policy = deployment.policy
+        self.tunables = Tunables(**deployment.tunables)
+        self.hasher = PromptHasher(model=deployment.served_name,
+                                   block_size=deployment.block_size,
+                                   tokenizer=deployment.tokenizer)
+        self.index = ApproximateIndex(deployment.capacity_blocks)
+        self.ceiling = ceiling or HitCeiling()
         self._sequence = itertools.count()
 
-    def choose(self, *, exclude: frozenset[str] = frozenset()) -> Replica:
-        """The next available replica in round-robin order."""
+    # -- a request's life --------------------------------------------------------------
+
+    def route(self, call: Call, *, cache_salt: str, request_id: str, interaction_id: str) -> Route:
+        prompt = self.hasher.prompt(call, cache_salt)
+        # The salt is in every hash's root, so one scope per deployment keeps tenants apart.
+        return Route(prompt=prompt,
+                     ceiling_blocks=self.ceiling.observe(self.deployment.name, prompt.hashes),
+                     key=_key(request_id), interaction=_key(interaction_id))
+
+    def place(self, route: Route, *, exclude: frozenset[str] = frozenset()) -> Placement:
+        """Choose a replica for one attempt and count it as in flight there."""
         now = time.monotonic()
         candidates = [r for r in self.replicas if r.url not in exclude and r.available(now)]
         if not candidates:
             raise UpstreamUnavailable(
-                f"no healthy replica for model {self.deployment.name!r}; retry shortly"
-            )
-        return candidates[next(self._sequence) % len(candidates)]
+                f"no healthy replica for model {self.deployment.name!r}; retry shortly")
+        prompt = route.prompt
+        matched = self.index.match_all(prompt.hashes) if prompt.hashes else {}
+        views = [ReplicaView(name=r.url, matched_blocks=matched.get(r.url, 0),
+                             in_flight=r.in_flight, queued_prefill_tokens=r.queued_prefill_tokens,
+                             running=r.running)
+                 for r in candidates]
+        request = RouteRequest(seq=next(self._sequence), key=route.key,
+                               interaction=route.interaction, prompt_tokens=prompt.prompt_tokens,
+                               block_tokens=prompt.block_tokens)
+        chosen = candidates[choose(self.policy, request, views, self.tunables)]
+        predicted = matched.get(chosen.url, 0)
+        queued = max(prompt.prompt_tokens - predicted * prompt.block_tokens, 0)
+        chosen.in_flight += 1
+        chosen.queued_prefill_tokens += queued
+        if prompt.hashes:
+            self.index.record(chosen.url, prompt.hashes)
+        return Placement(replica=chosen, predicted_blocks=predicted, queued_tokens=queued)
+
+    def first_token(self, placement: Placement) -> None:
+        if placement.started or placement.finished:
+            return
+        placement.started = True
+        replica = placement.replica
+        replica.queued_prefill_tokens -= placement.queued_tokens
+        replica.running += 1
+
+    def finish(self, placement: Placement) -> None:
+        if placement.finished:
+            return
+        placement.finished = True
+        replica = placement.replica
+        replica.in_flight -= 1
+        if placement.started:
+            replica.running -= 1
+        else:
+            replica.queued_prefill_tokens -= placement.queued_tokens
+
+    def learn(self, route: Route, placement: Placement, *, cached_tokens: int,
+              prompt_tokens: int) -> None:
+        """Fold a replica's reported cached tokens back into the index."""
+        prompt = route.prompt
+        reported = self.hasher.reported_blocks(prompt, cached_tokens, prompt_tokens)
+        # vLLM never reports the block holding the prompt's last token as cached.
+        predicted = min(placement.predicted_blocks, (prompt_tokens - 1) // prompt.block_tokens)
+        if not prompt.exact and predicted - 1 <= reported < predicted:
+            reported = predicted  # text chunks only approximate blocks: rounding, not eviction
+        self.index.correct(placement.replica.url, prompt.hashes, reported,
+                           predicted_blocks=predicted)
+
+    def predicted_tokens(self, route: Route, placement: Placement, prompt_tokens: int) -> int:
+        return self.hasher.tokens(route.prompt, placement.predicted_blocks, prompt_tokens)
+
+    def ceiling_tokens(self, route: Route, prompt_tokens: int) -> int:
+        return self.hasher.tokens(route.prompt, route.ceiling_blocks, prompt_tokens)
+
+    # -- health ------------------------------------------------------------------------
 
     def has_alternative(self, tried: set[str]) -> bool:
         """Whether an available replica remains that this request has not tried."""
         now = time.monotonic()
         return any(r.url not in tried and r.available(now) for r in self.replicas)
 
-    def mark_down(self, replica: Replica) -> None:
-        """Take a replica out after a connect failure; it is retried after the cool-down."""
+    def mark_down(self, replica: Replica, *, until_healthy: bool = False) -> None:
+        """Out of rotation until the cool-down ends, or (``until_healthy``) until a health
+        check passes."""
+        if replica.available(time.monotonic()):
+            log.warning("replica %s of %s taken out", replica.url, self.deployment.name)
         replica.failures += 1
-        replica.down_until = time.monotonic() + self.cooldown_s
+        replica.down_until = math.inf if until_healthy else time.monotonic() + self.cooldown_s
+        # A replica that went away may come back empty: its blocks are not to be trusted.
+        self.index.forget(replica.url)
 
     def mark_up(self, replica: Replica) -> None:
+        if replica.down_until:
+            log.info("replica %s of %s back in rotation", replica.url, self.deployment.name)
         replica.failures = 0
         replica.down_until = 0.0
+
+    async def check_health(self, session: aiohttp.ClientSession, timeout_s: float = 2.0) -> None:
+        """Poll every replica's /health; take out the failing, bring back the recovered."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+        async def check(replica: Replica) -> None:
+            try:
+                async with session.get(replica.url + "/health", timeout=timeout) as reply:
+                    healthy = reply.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                healthy = False
+            if healthy:
+                self.mark_up(replica)
+            else:
+                self.mark_down(replica, until_healthy=True)
+
+        await asyncio.gather(*(check(r) for r in self.replicas))

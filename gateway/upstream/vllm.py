@@ -15,7 +15,10 @@ from gateway.errors import UpstreamError
 
 
 class UpstreamConnectError(UpstreamError):
-    """The replica could not be reached: nothing was sent, so a retry is safe."""
+    """The replica could not be reached or dropped the connection before answering.
+
+    No byte reached the client, so another replica can serve the request.
+    """
 
 
 def make_session(*, limit: int = 0) -> aiohttp.ClientSession:
@@ -43,7 +46,7 @@ async def post_json(
         async with session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as reply:
             data = await reply.read()
             return UpstreamReply(reply.status, data, reply.content_type)
-    except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
         raise UpstreamConnectError(f"upstream unreachable: {url}: {exc}") from exc
     except TimeoutError as exc:
         raise UpstreamError(f"upstream timed out: {url}") from exc
@@ -63,7 +66,7 @@ class UpstreamStream:
     async def open(self) -> int:
         try:
             self._reply = await self._context.__aenter__()
-        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
             raise UpstreamConnectError(f"upstream unreachable: {self.url}: {exc}") from exc
         except TimeoutError as exc:
             raise UpstreamError(f"upstream timed out: {self.url}") from exc
