@@ -46,7 +46,8 @@ def write_config(path: Path, sim_ports: list[int]) -> Path:
         "name": DEMO_MODEL,
         "backend": "vllm",
         "replicas": [f"http://127.0.0.1:{port}" for port in sim_ports],
-        "policy": "round-robin",
+        "policy": "kv-aware",
+        "tokenizer": "kvgate-sim",
         "block_size": 16,
         "capacity_blocks": 4096,
     }]}

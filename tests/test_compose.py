@@ -1,0 +1,102 @@
+"""docker-compose.yml agrees with the CLI and the config schema (no Docker engine runs here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import typer
+import yaml
+
+from gateway.cli import app
+from gateway.config import DeploymentsFile
+
+COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+CLI = typer.main.get_command(app)
+
+
+def parse(args: list[str]) -> Any:
+    """Parse a kvgate command line with the real CLI, without running it."""
+    command: Any = CLI
+    ctx = CLI.context_class(CLI, info_name="kvgate")
+    rest = list(args)
+    # Typer's click may not be the installed click, so groups are known by what they do.
+    while hasattr(command, "resolve_command"):
+        name, found, rest = command.resolve_command(ctx, rest)
+        assert found is not None and name is not None, args
+        command = found
+        ctx = command.context_class(command, info_name=name, parent=ctx)
+    parsed: Any = command.make_context(ctx.info_name, rest, parent=ctx.parent)
+    return parsed
+
+
+def config(name: str) -> DeploymentsFile:
+    return DeploymentsFile.model_validate(yaml.safe_load(COMPOSE["configs"][name]["content"]))
+
+
+def published(service: str) -> set[int]:
+    return {int(str(p).split(":")[-1]) for p in SERVICES[service].get("ports", [])}
+
+
+def test_the_expected_services_and_profiles_exist() -> None:
+    assert {"postgres", "migrate", "gateway", "dashboard", "sim-1", "sim-2", "vllm-1", "vllm-2"} <= set(SERVICES)
+    assert SERVICES["sim-1"]["profiles"] == ["sim"] and SERVICES["vllm-1"]["profiles"] == ["gpu"]
+
+
+@pytest.mark.parametrize("service", ["gateway", "dashboard", "sim-1", "sim-2"])
+def test_kvgate_commands_parse_with_the_real_cli(service: str) -> None:
+    ctx = parse(SERVICES[service]["command"])
+    assert ctx.command.name == SERVICES[service]["command"][0]
+    assert ctx.params["host"] == "0.0.0.0"
+    if service in ("gateway", "dashboard"):
+        assert published(service) == {ctx.params["port"]}
+
+
+def test_the_migrate_step_runs_real_commands() -> None:
+    script = SERVICES["migrate"]["entrypoint"][-1]
+    for command in script.split("&&"):
+        words = command.split()
+        assert words[0] == "kvgate"
+        parse(words[1:])
+
+
+def test_sim_config_points_at_the_sim_services_ports() -> None:
+    (model,) = config("kvgate-sim").models
+    for url in model.replica_urls:
+        host, port = urlparse(url).hostname, urlparse(url).port
+        ctx = parse(SERVICES[host]["command"])
+        assert ctx.params["port"] == port and ctx.params["host"] == "0.0.0.0"
+        assert ctx.params["model"] == model.served_name
+
+
+def test_gpu_config_points_at_vllm_with_prefix_caching_and_token_details() -> None:
+    (model,) = config("kvgate-gpu").models
+    for url in model.replica_urls:
+        host, port = urlparse(url).hostname, urlparse(url).port
+        args = SERVICES[host]["command"]
+        assert f"--port={port}" in args
+        assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
+        assert f"--served-model-name={model.served_name}" in args
+        assert any(a.startswith("--kv-events-config=") for a in args)
+
+
+def test_gateway_reads_the_fleet_file_compose_mounts_and_the_postgres_it_starts() -> None:
+    env = SERVICES["gateway"]["environment"]
+    targets = {c["target"] for c in SERVICES["gateway"]["configs"]}
+    assert env["KVGATE_CONFIG"].replace("${KVGATE_FLEET:-sim}", "sim") in targets
+    assert env["KVGATE_CONFIG"].replace("${KVGATE_FLEET:-sim}", "gpu") in targets
+    database = urlparse(env["KVGATE_DATABASE_URL"])
+    postgres = SERVICES["postgres"]["environment"]
+    assert database.hostname == "postgres"
+    assert (database.username, database.password, database.path.lstrip("/")) == (
+        postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"])
+    assert env["KVGATE_ENVIRONMENT"] == "production"
+
+
+def test_the_image_copies_every_package_the_cli_imports() -> None:
+    dockerfile = SERVICES["gateway"]["build"]["dockerfile_inline"]
+    for folder in ("gateway", "pricing", "dashboard", "migrations"):
+        assert f"COPY {folder} {folder}" in dockerfile
