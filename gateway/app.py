@@ -157,10 +157,9 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
-    for route in inference.routes:
-        app.router.routes.append(route)
     app.include_router(health.router)
     app.include_router(billing.router)
     app.include_router(admin.router)
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(inference.InferenceRoutes)
+    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every path has an id
     return app

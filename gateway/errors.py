@@ -99,38 +99,37 @@ def error_response(exc: KvgateError) -> Response:
     return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
 
 
-async def _kvgate_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, KvgateError)
-    return error_response(exc)
-
-
-async def _validation_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    first = exc.errors()[0] if exc.errors() else {}
-    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
-    message = f"{'.'.join(location) or 'request'}: {first.get('msg', 'invalid request')}"
-    return error_response(InvalidRequest(message, param=".".join(location) or None))
-
-
-async def _http_error(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    mapped: dict[int, type[KvgateError]] = {
-        401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound, 413: BodyTooLarge,
-    }
-    cls = mapped.get(exc.status_code, InvalidRequest if exc.status_code < 500 else KvgateError)
-    error = cls(str(exc.detail))
-    error.status = exc.status_code
-    return error_response(error)
-
-
-async def _unexpected(_request: Request, exc: Exception) -> Response:
+def as_kvgate_error(exc: Exception) -> KvgateError:
+    """Any exception as the error clients see: ours as they are, others mapped."""
+    if isinstance(exc, KvgateError):
+        return exc
+    if isinstance(exc, RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
+        message = f"{'.'.join(location) or 'request'}: {first.get('msg', 'invalid request')}"
+        return InvalidRequest(message, param=".".join(location) or None)
+    if isinstance(exc, HTTPException):
+        mapped: dict[int, type[KvgateError]] = {
+            401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound, 413: BodyTooLarge,
+        }
+        cls = mapped.get(exc.status_code, InvalidRequest if exc.status_code < 500 else KvgateError)
+        error = cls(str(exc.detail))
+        error.status = exc.status_code
+        return error
     log.exception("unhandled error", exc_info=exc)
-    return error_response(KvgateError("internal error; the request id is in x-request-id"))
+    return KvgateError("internal error; the request id is in x-request-id")
+
+
+def response_for(exc: Exception) -> Response:
+    """The OpenAI-style error response for any exception: the one mapping."""
+    return error_response(as_kvgate_error(exc))
+
+
+async def _handle(_request: Request, exc: Exception) -> Response:
+    return response_for(exc)
 
 
 def install(app: FastAPI) -> None:
     """Map every error to the OpenAI error shape, once, for the whole app."""
-    app.add_exception_handler(KvgateError, _kvgate_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
+    for kind in (KvgateError, RequestValidationError, HTTPException, Exception):
+        app.add_exception_handler(kind, _handle)

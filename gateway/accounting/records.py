@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -53,7 +53,9 @@ class Record:
 
     def to_json(self) -> bytes:
         """One journal line (no trailing newline)."""
-        return orjson.dumps(asdict(self), default=_encode)
+        # orjson writes dataclasses, datetimes and enums natively (and fast); Decimals
+        # go through _encode as exact strings.
+        return orjson.dumps(self, default=_encode)
 
     @classmethod
     def from_json(cls, line: bytes) -> Record:

@@ -1,7 +1,8 @@
 """/v1/chat/completions, /v1/completions, /v1/models: lean Starlette endpoints.
 
-These are the hot path, so they skip FastAPI's per-request machinery (~0.2 ms); errors
-raised here are mapped by the app's one error handler like everywhere else.
+These are the hot path, so ``InferenceRoutes`` sends them straight to their endpoints,
+past FastAPI's routing, exception and exit-stack layers; errors raised here go through
+the same ``errors.response_for`` as everywhere else.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, Router
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api.calls import Endpoint, interaction_id, parse_body, parse_call
-from gateway.errors import BodyTooLarge, ModelNotFound
+from gateway.errors import BodyTooLarge, ModelNotFound, response_for
 from gateway.proxy import Context
 
 
@@ -81,3 +83,28 @@ routes = [
 ]
 
 
+class InferenceRoutes:
+    """Middleware: the inference paths go to their own router; the rest to the app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.router = Router(routes=routes)
+        self.paths = frozenset(route.path for route in routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.router(scope, receive, tracked)
+        except Exception as exc:
+            if started:  # a stream already under way: nothing more can be said on it
+                raise
+            await response_for(exc)(scope, receive, send)

@@ -1,0 +1,185 @@
+"""What kvgate adds to a request: direct to a zero-cost simulated replica vs through the gateway.
+
+One run, this machine: a `kvgate sim` with its timing model at zero, and `kvgate serve` in
+front of it with recording ON into Postgres (and kv-aware routing, a tenant key, metrics).
+The gateway is pinned alone to core 0; the replica and this load generator share core 1.
+Concurrency 1 and 32, streaming and not: p50/p99 latency, requests/s, and the latency the
+gateway adds. Afterwards every request the load generator saw complete must have its record.
+
+    .venv/bin/python benchmarks/overhead.py [--database-url postgresql://postgres@127.0.0.1:5432/test]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.db.models import RequestRow  # noqa: E402
+from gateway.db.session import normalise_url  # noqa: E402
+from tests.e2e.conftest import make_tenant  # noqa: E402
+from tests.support.processes import (  # noqa: E402
+    free_port, gateway_env, kvgate, start_gateway, start_sim, write_config,
+)
+
+MODEL = "kvgate/demo-llama-8b"
+BODY = {"model": MODEL, "max_tokens": 16, "messages": [
+    {"role": "system", "content": "You are a terse assistant for the overhead benchmark. " * 6},
+    {"role": "user", "content": "Say something short."}]}
+
+
+@dataclass
+class Result:
+    name: str
+    latencies: list[float]
+    seconds: float
+    errors: int
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.latencies) * 1000
+
+    @property
+    def p99_ms(self) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.seconds
+
+
+async def run(url: str, key: str, *, stream: bool, concurrency: int, requests: int,
+              request_ids: list[str]) -> Result:
+    body = dict(BODY, stream=stream)
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    payload = orjson.dumps(body)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    latencies: list[float] = []
+    errors = 0
+    remaining = requests
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal remaining, errors
+            while remaining > 0:
+                remaining -= 1
+                start = time.perf_counter()
+                async with session.post(url, data=payload, headers=headers) as reply:
+                    data = await reply.read()
+                    ok = reply.status == 200 and (not stream or data.endswith(b"data: [DONE]\n\n"))
+                    if "x-request-id" in reply.headers and ok:
+                        request_ids.append(reply.headers["x-request-id"])
+                if ok:
+                    latencies.append(time.perf_counter() - start)
+                else:
+                    errors += 1
+
+        for _ in range(min(200, requests // 10)):  # warm-up: connections, caches
+            async with session.post(url, data=payload, headers=headers) as reply:
+                if "x-request-id" in reply.headers and reply.status == 200:
+                    await reply.read()
+                    request_ids.append(reply.headers["x-request-id"])
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - started
+    return Result("", latencies, seconds, errors)
+
+
+def pin(process_id: int, core: int) -> None:
+    if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
+        os.sched_setaffinity(process_id, {core})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test",
+                        help="a Postgres server; a fresh database is created in it and dropped")
+    parser.add_argument("--requests", type=int, default=3000, help="requests per scenario")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
+    name = "kvgate_bench_" + secrets.token_hex(4)
+    admin = create_engine(normalise_url(args.database_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    database_url = make_url(normalise_url(args.database_url)).set(database=name).render_as_string(
+        hide_password=False)
+    sim = gateway = None
+    try:
+        env = gateway_env(database_url, tmp / "journal", KVGATE_LOG_LEVEL="error",
+                          KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2")
+        kvgate("db", "upgrade", env=env)
+        kvgate("prices", "sync", env=env)
+        key, _ = make_tenant(env, "bench")
+        sim = start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0",
+                                    "--max-num-seqs", "100000", "--capacity-blocks", "100000"))
+        config = write_config(tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url],
+                                                     "policy": "kv-aware"}])
+        gateway = start_gateway(tmp, config, env, port=free_port())
+        pin(gateway.process.pid, 0)
+        pin(sim.process.pid, 1)
+        pin(0, 1)
+        results: list[tuple[str, int, bool, Result, Result]] = []
+        gateway_ids: list[str] = []
+        for stream in (False, True):
+            for concurrency in (1, 32):
+                n = args.requests if concurrency == 1 else args.requests * 2
+                direct = asyncio.run(run(sim.url + "/v1/chat/completions", key, stream=stream,
+                                         concurrency=concurrency, requests=n, request_ids=[]))
+                through = asyncio.run(run(gateway.url + "/v1/chat/completions", key, stream=stream,
+                                          concurrency=concurrency, requests=n,
+                                          request_ids=gateway_ids))
+                results.append(("stream" if stream else "json", concurrency, stream, direct, through))
+        engine = create_engine(normalise_url(database_url))
+        deadline = time.monotonic() + 60
+        recorded = 0
+        while time.monotonic() < deadline:
+            with engine.connect() as connection:
+                recorded = connection.scalar(select(func.count()).select_from(RequestRow)) or 0
+            if recorded >= len(gateway_ids):
+                break
+            time.sleep(0.5)
+        with engine.connect() as connection:
+            missing = len(set(gateway_ids)) - (connection.scalar(
+                select(func.count()).where(RequestRow.request_id.in_(gateway_ids))) or 0)
+        engine.dispose()
+
+        print(f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1)")
+        print(f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
+              f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} {'errors':>6}")
+        for mode, concurrency, _stream, direct, through in results:
+            print(f"{mode:<7}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
+                  f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
+                  f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
+                  f"{direct.errors + through.errors:>6}")
+        print(f"\nrequests through kvgate: {len(gateway_ids)}, records in Postgres: {recorded}, "
+              f"completed requests without a record: {missing}")
+    finally:
+        if gateway:
+            gateway.stop()
+        if sim:
+            sim.stop()
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
