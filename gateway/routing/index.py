@@ -6,8 +6,8 @@ Two ways to know, one interface (`BlockIndex`) for the policy's caller:
   (a request routed to a replica leaves its blocks there) and keeps, per replica, an LRU
   bounded by the replica's capacity in blocks, which mirrors vLLM's LRU free queue. It
   corrects itself from the ``cached_tokens`` each response reports.
-- exact (later): fed by vLLM's KV events (BlockStored / BlockRemoved / AllBlocksCleared),
-  it implements `BlockIndex` and `KvEventSink` and needs no guessing.
+- exact (`gateway.routing.exact`): fed by vLLM's KV events (BlockStored / BlockRemoved /
+  AllBlocksCleared), it implements `BlockIndex` and `KvEventSink` and needs no guessing.
 
 Matching a prompt against every replica is the hot path. Each block hash maps to a bit
 mask of the replicas holding it, so `match_all` walks the prompt's chain once, however
@@ -38,11 +38,16 @@ class BlockIndex(Protocol):
 
 
 class KvEventSink(Protocol):
-    """What an exact index takes from vLLM's KV event stream (for a later exact index)."""
+    """What an exact index (gateway/routing/exact.py) takes from vLLM's KV event stream;
+    ``medium`` is the storage tier the event names (GPU, CPU, ...), when it names one."""
 
-    def block_stored(self, replica: str, hashes: Sequence[int]) -> None: ...
+    def block_stored(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None: ...
 
-    def block_removed(self, replica: str, hashes: Sequence[int]) -> None: ...
+    def block_removed(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None: ...
 
     def all_blocks_cleared(self, replica: str) -> None: ...
 

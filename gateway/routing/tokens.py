@@ -20,7 +20,7 @@ is the `tokenizers` Rust library, well under a millisecond for ordinary prompts.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any

@@ -78,7 +78,9 @@ def test_tool_call_arguments_reach_the_template_as_objects(tmp_path: Path) -> No
 
 def test_content_format_detects_templates_that_loop_over_parts() -> None:
     assert content_format("{% for m in messages %}{{ m['content'] }}{% endfor %}") == "string"
-    looping = "{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}"
+    looping = (
+        "{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}"
+    )
     assert content_format(looping) == "openai"
     assert content_format(looping.replace("m['content']", "m.content")) == "openai"
 

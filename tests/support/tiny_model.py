@@ -44,7 +44,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
 
-_WORDS = (
+_VOCABULARY_TEXT = (
     "the cache block token prefix model replica gateway router tenant salt hash chain "
     "queue batch decode prefill stream chunk usage price cost ledger record window "
     "context prompt answer signal vector matrix kernel memory latency budget invoice "
@@ -53,11 +53,12 @@ _WORDS = (
     "canvas delta you are a helpful assistant please summarise explain list compare why "
     "how what when where which who system user question document section chapter page "
     "one two three four five six seven eight nine ten hundred thousand million"
-).split()
+)
 
 
 def corpus() -> list[str]:
     """The training text: deterministic sentences over a fixed word list."""
+    vocabulary = _VOCABULARY_TEXT.split()
     lines: list[str] = []
     state = SEED
     for _ in range(2_000):
@@ -65,7 +66,7 @@ def corpus() -> list[str]:
         for _ in range(12):
             # A 64-bit LCG: the same text on every platform and Python.
             state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-            words.append(_WORDS[(state >> 33) % len(_WORDS)])
+            words.append(vocabulary[(state >> 33) % len(vocabulary)])
         lines.append(" ".join(words).capitalize() + ".")
     lines.append("0123456789 .,:;!?'\"()[]{}<>/\\|-_+=*&^%$#@~`")
     return lines

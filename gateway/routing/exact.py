@@ -1,0 +1,203 @@
+"""Exact replica holdings from vLLM's KV events, and the router's view that falls back to
+the approximate index for replicas whose event stream cannot be trusted right now.
+
+`ExactIndex` keeps, per replica, every block hash the replica announced (BlockStored) and
+has not withdrawn (BlockRemoved, AllBlocksCleared), with the storage tier (``medium``:
+GPU, CPU, ...) each copy sits in. vLLM can hold one hash in two physical blocks at once
+(two requests that computed the same prefix in one step) and announces each, so copies are
+counted: a hash is held until its last copy is removed.
+
+`RoutingIndex` is what a fleet asks: for a replica whose event consumer is in sync
+(``fresh``) the exact holdings; otherwise the approximate index, which keeps learning
+from every placement either way so that it is warm when it is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.routing.index import ApproximateIndex
+
+
+class ExactIndex:
+    """Per replica, the blocks its KV events say it holds, by tier."""
+
+    def __init__(self) -> None:
+        # replica → hash → medium → copies
+        self._held: dict[str, dict[int, dict[str | None, int]]] = {}
+        self._bits: dict[str, int] = {}
+        self._names: dict[int, str] = {}
+        self._holders: dict[int, int] = {}
+
+    # -- KvEventSink ---------------------------------------------------------------------
+
+    def block_stored(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None:
+        """The replica cached these blocks (one copy each) in ``medium``."""
+        held = self._held.get(replica)
+        if held is None:
+            held = self._add(replica)
+        bit = self._bits[replica]
+        holders = self._holders
+        for block in hashes:
+            tiers = held.get(block)
+            if tiers is None:
+                held[block] = {medium: 1}
+                holders[block] = holders.get(block, 0) | bit
+            else:
+                tiers[medium] = tiers.get(medium, 0) + 1
+
+    def block_removed(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None:
+        """The replica dropped one copy of each block from ``medium``."""
+        held = self._held.get(replica)
+        if held is None:
+            return
+        bit = self._bits[replica]
+        for block in hashes:
+            tiers = held.get(block)
+            if tiers is None:
+                continue
+            # A removal that names no tier (or a tier we never saw) takes any copy.
+            tier = medium if medium in tiers else next(iter(tiers))
+            count = tiers[tier] - 1
+            if count:
+                tiers[tier] = count
+                continue
+            del tiers[tier]
+            if not tiers:
+                del held[block]
+                self._unhold(block, bit)
+
+    def all_blocks_cleared(self, replica: str) -> None:
+        """The replica dropped every cached block (reset, or a new process)."""
+        held = self._held.get(replica)
+        if held is None:
+            return
+        bit = self._bits[replica]
+        for block in held:
+            self._unhold(block, bit)
+        held.clear()
+
+    # -- BlockIndex ------------------------------------------------------------------------
+
+    def match(self, replica: str, hashes: Sequence[int]) -> int:
+        """Leading blocks of ``hashes`` the replica holds."""
+        held = self._held.get(replica)
+        if held is None:
+            return 0
+        hits = 0
+        for block in hashes:
+            if block not in held:
+                break
+            hits += 1
+        return hits
+
+    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
+        """Leading blocks held, per replica, in one walk of the chain."""
+        found: dict[str, int] = {}
+        holders = self._holders
+        alive = holders.get(hashes[0], 0) if hashes else 0
+        depth = 0
+        count = len(hashes)
+        while alive:
+            depth += 1
+            still = holders.get(hashes[depth], 0) & alive if depth < count else 0
+            gone = alive & ~still
+            while gone:
+                low = gone & -gone
+                found[self._names[low]] = depth
+                gone ^= low
+            alive = still
+        return found
+
+    def forget(self, replica: str) -> None:
+        """Drop a replica and free its slot."""
+        held = self._held.pop(replica, None)
+        if held is None:
+            return
+        bit = self._bits.pop(replica)
+        del self._names[bit]
+        for block in held:
+            self._unhold(block, bit)
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def blocks(self, replica: str) -> frozenset[int]:
+        """Every block hash the replica holds."""
+        return frozenset(self._held.get(replica, ()))
+
+    def tiers(self, replica: str, block: int) -> dict[str | None, int]:
+        """Copies of one block per tier on a replica (empty when not held)."""
+        return dict(self._held.get(replica, {}).get(block, {}))
+
+    def _add(self, replica: str) -> dict[int, dict[str | None, int]]:
+        bit = 1
+        while bit in self._names:
+            bit <<= 1
+        self._bits[replica] = bit
+        self._names[bit] = replica
+        held: dict[int, dict[str | None, int]] = {}
+        self._held[replica] = held
+        return held
+
+    def _unhold(self, block: int, bit: int) -> None:
+        rest = self._holders[block] & ~bit
+        if rest:
+            self._holders[block] = rest
+        else:
+            del self._holders[block]
+
+
+class RoutingIndex:
+    """Exact holdings for replicas whose events are in sync, the approximate index else."""
+
+    def __init__(self, approximate: ApproximateIndex, exact: ExactIndex | None = None) -> None:
+        self.approximate = approximate
+        self.exact = exact if exact is not None else ExactIndex()
+        self._fresh: set[str] = set()
+
+    def set_fresh(self, replica: str, fresh: bool) -> None:
+        """Whether the replica's event stream is complete up to now (set by its consumer)."""
+        if fresh:
+            self._fresh.add(replica)
+        else:
+            self._fresh.discard(replica)
+
+    def fresh(self, replica: str) -> bool:
+        """Whether predictions for the replica come from its own KV events."""
+        return replica in self._fresh
+
+    @property
+    def fresh_replicas(self) -> frozenset[str]:
+        return frozenset(self._fresh)
+
+    def match(self, replica: str, hashes: Sequence[int]) -> int:
+        if replica in self._fresh:
+            return self.exact.match(replica, hashes)
+        return self.approximate.match(replica, hashes)
+
+    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
+        fresh = self._fresh
+        if not fresh:
+            return self.approximate.match_all(hashes)
+        found = {r: n for r, n in self.approximate.match_all(hashes).items() if r not in fresh}
+        found.update((r, n) for r, n in self.exact.match_all(hashes).items() if r in fresh)
+        return found
+
+    def record(self, replica: str, hashes: Sequence[int]) -> None:
+        """A placement: the approximate index learns it (events will confirm it, or not)."""
+        self.approximate.record(replica, hashes)
+
+    def correct(
+        self, replica: str, hashes: Sequence[int], reported_blocks: int, *, predicted_blocks: int
+    ) -> None:
+        self.approximate.correct(
+            replica, hashes, reported_blocks, predicted_blocks=predicted_blocks
+        )
+
+    def forget(self, replica: str) -> None:
+        """A replica went away: the approximate guesses go; its events say what it holds."""
+        self.approximate.forget(replica)
