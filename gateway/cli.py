@@ -93,15 +93,24 @@ def sim(
     decode_tokens_per_s: Annotated[float, typer.Option(help="Decode rate per sequence (0: instant).")] = 40.0,
     max_num_seqs: Annotated[int, typer.Option(help="Sequences running at once.")] = 64,
     max_model_len: Annotated[int, typer.Option(help="Longest prompt + output in tokens.")] = 32_768,
+    kv_events_endpoint: Annotated[str | None, typer.Option(
+        help="Publish vLLM KV events on this ZMQ endpoint (tcp://*:PORT binds).")] = None,
+    kv_events_replay_endpoint: Annotated[str | None, typer.Option(
+        help="Answer KV event replay requests on this ZMQ endpoint (bound).")] = None,
+    kv_events_topic: Annotated[str, typer.Option(help="KV events topic.")] = "",
 ) -> None:
     """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
+    from gateway.sim.events import KvEventsConfig
     from gateway.sim.server import SimConfig, serve as serve_sim
     from gateway.sim.timing import TimingModel
 
     timing = TimingModel(prefill_tokens_per_s=prefill_tokens_per_s,
                          decode_tokens_per_s=decode_tokens_per_s, max_num_seqs=max_num_seqs)
+    kv_events = None if kv_events_endpoint is None else KvEventsConfig(
+        kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic)
     serve_sim(SimConfig(model=model, block_size=block_size, capacity_blocks=capacity_blocks,
-                        timing=timing, max_model_len=max_model_len), host=host, port=port)
+                        timing=timing, max_model_len=max_model_len, kv_events=kv_events),
+              host=host, port=port)
 
 
 @app.command()
@@ -295,6 +304,33 @@ def billing_statement(
             start=date.fromisoformat(start), end=date.fromisoformat(end),
         )
     sys.stdout.buffer.write(billing.render(statement, format)[0])
+
+
+@app.command()
+def ceiling(
+    start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
+    end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+) -> None:
+    """Achieved token hit rate against the ceiling, per tenant and model, from the records."""
+    from gateway.db.aggregates import Scope, achieved_vs_ceiling
+    from gateway.db.lookups import tenant_names
+    from gateway.db.queries import day_bounds
+
+    lower, upper = day_bounds(date.fromisoformat(start), date.fromisoformat(end))
+    with _sessions(settings())() as session:
+        rows = achieved_vs_ceiling(session, Scope(lower, upper, models=(model,) if model else ()))
+        names = tenant_names(session)
+    typer.echo("tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency")
+    for row in rows:
+        f = row.figures
+        typer.echo(f"{names.get(row.tenant_id, row.tenant_id)}\t{row.model}\t{f.prompt_tokens}"
+                   f"\t{_percent(f.hit_rate)}\t{_percent(f.ceiling_rate)}"
+                   f"\t{_percent(f.routing_efficiency)}")
+
+
+def _percent(value: object) -> str:
+    return "-" if value is None else f"{float(value):.2%}"  # type: ignore[arg-type]
 
 
 from gateway.replay.cli import replay  # noqa: E402 (defines its own options)

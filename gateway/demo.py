@@ -10,8 +10,10 @@ data; then the gateway serves real clients until Ctrl-C stops everything.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -93,6 +95,13 @@ def wait_ready(url: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not become ready in {timeout_s:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """In the child: be sent SIGTERM if the demo dies, even by SIGKILL (Linux only)."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 @contextlib.contextmanager
 def children(commands: list[list[str]], log_dir: Path, env: dict[str, str] | None = None
              ) -> Iterator[list[subprocess.Popen[bytes]]]:
@@ -103,7 +112,7 @@ def children(commands: list[list[str]], log_dir: Path, env: dict[str, str] | Non
         for number, command in enumerate(commands):
             log = open(log_dir / f"child-{number}.log", "wb")  # noqa: SIM115 (lives with the child)
             processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                              env=env))
+                                              env=env, preexec_fn=_die_with_parent))
         yield processes
     finally:
         for process in processes:
@@ -166,4 +175,5 @@ kvgate demo
 A short workload from tenants {', '.join(WORKLOAD_TENANTS)} is on its way, so the dashboard
 opens with data. Ctrl-C stops everything.
 """, flush=True)
-        uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+                    timeout_graceful_shutdown=3)

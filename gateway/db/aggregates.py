@@ -397,3 +397,23 @@ def ttft_trend(
             histogram = per_bucket[start][bool(warm)]
             histogram[bucket] = histogram.get(bucket, 0) + int(count)
     return _ttft(overall), [(start, _ttft(per_bucket.get(start, {}))) for start in edges[:-1]]
+
+
+@dataclass(frozen=True, slots=True)
+class CeilingRow:
+    """Achieved token hit rate against the hit-rate ceiling, for one tenant and model."""
+
+    tenant_id: str
+    model: str
+    figures: Figures
+
+
+def achieved_vs_ceiling(session: Session, scope: Scope) -> list[CeilingRow]:
+    """Per tenant and model: token hit rate, ceiling and routing efficiency (from rollups)."""
+    from gateway.db.lookups import models as all_models
+
+    rows: list[CeilingRow] = []
+    for model in scope.models or tuple(all_models(session)):
+        per_tenant = by_tenant(session, Scope(scope.lower, scope.upper, scope.tenant_ids, (model,)))
+        rows.extend(CeilingRow(tenant, model, figures) for tenant, figures in sorted(per_tenant.items()))
+    return rows
