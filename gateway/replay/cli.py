@@ -10,6 +10,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +18,7 @@ import typer
 
 from gateway.replay import offline
 from gateway.replay.analysis import TraceAnalysis, analyze, infinite_ceiling
-from gateway.replay.live import first_model, replay_live, summarize_live
+from gateway.replay.live import first_model, record_totals, replay_live, summarize_live
 from gateway.replay.metrics import PolicySummary, TokenPrice, parse_price, summarize
 from gateway.replay.report import ReportContext, git_commit, kvgate_version, policy_table
 from gateway.replay.report import write_report as write_report_files
@@ -215,6 +216,10 @@ def _replay_live(
 
     async def run() -> None:
         name = model or await first_model(target, key)
+        # The records are read back as the difference of the caller's own statement:
+        # use a key whose tenant sends nothing else meanwhile.
+        day = datetime.now(UTC).date()
+        before = await record_totals(target, key, start=day, end=day)
         typer.echo(f"sending {len(requests):,} requests to {target} ({name}), speed x{speed:g}")
         with _progress("live", len(requests)) as advance:
             outcomes = await replay_live(
@@ -236,5 +241,11 @@ def _replay_live(
         if ceiling:
             typer.echo(f"routing efficiency: {100 * summary.token_hit_rate / ceiling:.1f}%")
         typer.echo(f"TTFT p50 {summary.ttft_p50_s:.3f} s, p99 {summary.ttft_p99_s:.3f} s")
+        await asyncio.sleep(1.0)  # the gateway writes records in batches
+        recorded = (await record_totals(target, key, start=day,
+                                        end=datetime.now(UTC).date())).minus(before)
+        typer.echo(f"recorded by the gateway: {recorded.requests:,} requests, "
+                   f"{recorded.prompt_tokens:,} prompt tokens, token hit rate "
+                   f"{100 * recorded.token_hit_rate:.2f}%, cost {recorded.cost_total:f} USD")
 
     asyncio.run(run())

@@ -14,6 +14,8 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
 
 import aiohttp
 import orjson
@@ -223,3 +225,41 @@ def _has_content(chunk: dict[str, object]) -> bool:
             if isinstance(delta, dict) and delta.get("content"):
                 return True
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTotals:
+    """A tenant's recorded totals, read from the gateway's billing statement."""
+
+    requests: int
+    prompt_tokens: int
+    cache_read_tokens: int
+    cost_total: Decimal
+
+    def minus(self, before: RecordTotals) -> RecordTotals:
+        return RecordTotals(self.requests - before.requests,
+                            self.prompt_tokens - before.prompt_tokens,
+                            self.cache_read_tokens - before.cache_read_tokens,
+                            self.cost_total - before.cost_total)
+
+    @property
+    def token_hit_rate(self) -> float:
+        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+async def record_totals(target: str, key: str, *, start: date, end: date) -> RecordTotals:
+    """The caller's own recorded totals for UTC days start..end (kvgate's statement API)."""
+    url = f"{target.rstrip('/')}/v1/billing/statement?start={start}&end={end}&format=json"
+    async with aiohttp.ClientSession() as session, session.get(
+        url, headers={"Authorization": f"Bearer {key}"}
+    ) as reply:
+        if reply.status != 200:
+            raise RuntimeError(f"statement request failed ({reply.status}): {await reply.text()}")
+        totals = (await reply.json())["totals"]
+    return RecordTotals(
+        requests=totals["requests"],
+        prompt_tokens=totals["uncached_tokens"] + totals["cache_read_tokens"]
+        + totals["cache_write_tokens"],
+        cache_read_tokens=totals["cache_read_tokens"],
+        cost_total=Decimal(totals["cost_total"]),
+    )
