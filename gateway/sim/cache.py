@@ -44,6 +44,10 @@ class PrefixCache:
     def __contains__(self, block: Hashable) -> bool:
         return block in self._refs
 
+    def blocks(self) -> list[Hashable]:
+        """Every block held, pinned or free (what the replica's KV events have announced)."""
+        return list(self._refs)
+
     @property
     def usage(self) -> float:
         """Share of blocks pinned by running requests (vLLM's kv_cache_usage_perc)."""

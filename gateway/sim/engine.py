@@ -25,11 +25,15 @@ from array import array
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from gateway.sim.cache import PrefixCache
 from gateway.sim.hashing import block_hashes, extend_hashes
 from gateway.sim.timing import TimingModel
 from gateway.sim.tokenizer import piece_id
+
+if TYPE_CHECKING:
+    from gateway.sim.events import CacheEvents
 
 # The simulated model's whole vocabulary of answers: one word, one token.
 WORDS = (
@@ -94,6 +98,7 @@ class Engine:
         timing: TimingModel | None = None,
         seed: int = 0,
         cache_output_blocks: bool = True,
+        events: CacheEvents | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be at least 1")
@@ -102,6 +107,8 @@ class Engine:
         self.timing = timing if timing is not None else TimingModel()
         self.seed = seed
         self.cache_output_blocks = cache_output_blocks
+        # KV events (BlockStored / BlockRemoved / AllBlocksCleared), when enabled.
+        self.events = events
         self.stats = EngineStats()
         self._slots = asyncio.Semaphore(self.timing.max_num_seqs)
         self._prefill = asyncio.Lock()
@@ -115,7 +122,9 @@ class Engine:
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached block that no running request holds."""
-        self.cache.clear()
+        dropped = self.cache.clear()
+        if self.events is not None:
+            self.events.cleared(dropped, everything=len(self.cache) == 0)
 
     def output_tokens(self, prompt_token_ids: Sequence[int], count: int) -> list[Token]:
         """The deterministic answer to a prompt: a function of the prompt and the seed only."""
@@ -213,6 +222,10 @@ class Generation:
         block_size = engine.block_size
         self._hashes = block_hashes(request.prompt_token_ids, block_size, request.cache_salt)
         admission = engine.cache.admit(self._hashes)
+        if engine.events is not None:
+            engine.events.admitted(
+                admission, self._hashes, request.prompt_token_ids, request.cache_salt
+            )
         self._pinned = admission.pinned
         cap = max(0, (self.prompt_tokens - 1) // block_size)
         self.cached_tokens = min(admission.hit_blocks, cap) * block_size
@@ -239,4 +252,7 @@ class Generation:
         tokens = list(self.request.prompt_token_ids)
         tokens.extend(token.id for token in self._output[:fed])
         chain = extend_hashes(self._hashes, tokens, block_size, self.request.cache_salt)
-        return engine.cache.admit(chain).pinned
+        admission = engine.cache.admit(chain)
+        if engine.events is not None:
+            engine.events.admitted(admission, chain, tokens, self.request.cache_salt)
+        return admission.pinned

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from gateway.sim.engine import FINISH_LENGTH, Engine, Generation, GenerationRequest
+from gateway.sim.events import CacheEvents, EventPublisher, KvEventsConfig
 from gateway.sim.metrics import render_metrics
 from gateway.sim.protocol import (
     DONE_EVENT,
@@ -50,6 +51,8 @@ class SimConfig:
     max_model_len: int = 32_768
     # vLLM caches the blocks that output tokens fill; off, only prompt blocks are kept.
     cache_output_blocks: bool = True
+    # Publish KV events as vLLM does (--kv-events-config); None: no events.
+    kv_events: KvEventsConfig | None = None
 
 
 class Replica:
@@ -173,6 +176,10 @@ class Replica:
         return response
 
 
+# The replica behind an app, for in-process tests that look at its cache.
+REPLICA = web.AppKey("replica", Replica)
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Bad input becomes vLLM's error JSON, mapped here once."""
@@ -186,6 +193,9 @@ def create_app(config: SimConfig) -> web.Application:
     """The aiohttp application of one simulated replica."""
     replica = Replica(config)
     app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    app[REPLICA] = replica
+    if config.kv_events is not None:
+        app.cleanup_ctx.append(_publishing(replica, config.kv_events))
     app.add_routes(
         [
             web.post("/v1/chat/completions", replica.chat_completions),
@@ -198,6 +208,24 @@ def create_app(config: SimConfig) -> web.Application:
         ]
     )
     return app
+
+
+def _publishing(
+    replica: Replica, kv_events: KvEventsConfig
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The KV event publisher's life: with the app's loop, from start-up to clean-up."""
+
+    async def publish(app: web.Application) -> AsyncIterator[None]:
+        publisher = EventPublisher(kv_events)
+        publisher.start()
+        replica.engine.events = CacheEvents(publisher, replica.config.block_size)
+        try:
+            yield
+        finally:
+            replica.engine.events = None
+            await publisher.close()
+
+    return publish
 
 
 def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
