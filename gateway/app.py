@@ -94,6 +94,8 @@ def create_app(settings: Settings) -> FastAPI:
             batch_size=settings.recorder_batch_size,
             flush_interval_s=settings.recorder_flush_interval_s,
             refuse_when_unrecordable=settings.refuse_when_unrecordable,
+            database_url=settings.database_url,
+            process=settings.recorder_process,
         )
         recorder.start()
         state.http = make_session()

@@ -191,6 +191,9 @@ class Settings(BaseSettings):
     journal_sync: bool = True
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     recorder_batch_size: int = Field(default=500, ge=1)
+    # Write to the database from a child process, keeping that work off the event loop's
+    # core and GIL (false: a thread of the gateway process).
+    recorder_process: bool = True
     recorder_flush_interval_s: float = Field(default=0.2, gt=0)
     # When the journal cannot be written: refuse requests (503) rather than serve unrecorded.
     refuse_when_unrecordable: bool = True

@@ -1,9 +1,9 @@
 """The recorder: records are journaled on the request path and written to the database
-in batches by one thread off it.
+in batches off it, by a writer thread or a child process (``drainer.py``).
 
     request ──record()──▶ Journal (group commit) ──▶ response's last byte
                               │
-    writer thread ◀───────────┘ tails segments ──▶ INSERT … ON CONFLICT DO NOTHING
+    writer (thread|process) ◀─┘ tails segments ──▶ INSERT … ON CONFLICT DO NOTHING
 
 The writer reads the journal, not memory, so normal operation, a database outage and
 recovery after a crash are one code path; the request id makes every replay idempotent.
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import os
+import multiprocessing
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from sqlalchemy import Engine
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.accounting.journal import Journal, JournalError, read_batch, segments
+from gateway.accounting import drainer
+from gateway.accounting.journal import Journal, JournalError
 from gateway.accounting.records import Record
 from gateway.db import rollups
 from gateway.db.models import RequestRow
@@ -98,18 +99,22 @@ def insert_records(engine: Engine, records: list[Record]) -> None:
         rollups.add(connection, [rows[request_id] for request_id in inserted])
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class RecorderStats:
-    journaled: int = 0
-    written: int = 0
-    replayed: int = 0
-    db_errors: int = 0
-    journal_errors: int = 0
-    db_healthy: bool = True
+    journaled: int
+    written: int
+    replayed: int
+    db_errors: int
+    journal_errors: int
+    db_healthy: bool
 
 
 class Recorder:
-    """Makes records durable before responses finish, and gets them into the database."""
+    """Makes records durable before responses finish, and gets them into the database.
+
+    The database writer (``Drainer``) runs in a thread, or with ``database_url`` given and
+    ``process=True`` in a child process, so its work never competes with the event loop.
+    """
 
     def __init__(
         self,
@@ -120,23 +125,34 @@ class Recorder:
         batch_size: int = 500,
         flush_interval_s: float = 0.2,
         refuse_when_unrecordable: bool = True,
-        on_written: Callable[[list[Record]], None] | None = None,
+        database_url: str | None = None,
+        process: bool = False,
     ) -> None:
+        if process and database_url is None:
+            raise ValueError("a recorder process needs the database URL")
         self.engine = engine
         self.journal = Journal(journal_dir, sync=sync)
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.refuse_when_unrecordable = refuse_when_unrecordable
-        self.on_written = on_written
-        self.stats = RecorderStats()
+        self.database_url = database_url
+        self.process = process
         self.journal_healthy = True
+        self._journaled = 0
+        self._journal_errors = 0
         self._spill: list[Record] = []
-        self._spill_lock = threading.Lock()
-        self._offsets: dict[Path, int] = {}
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._spill_task: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[None] | None = None
+        context = multiprocessing.get_context("spawn")
+        if process:
+            self._counters: MutableSequence[int] = context.Array("q", drainer.COUNTERS, lock=False)
+            self._wake: drainer.EventLike = context.Event()
+            self._stopping: drainer.EventLike = context.Event()
+        else:
+            self._counters = [0] * drainer.COUNTERS
+            self._wake = threading.Event()
+            self._stopping = threading.Event()
+        self._worker: threading.Thread | BaseProcess | None = None
 
     # -- the request path -------------------------------------------------------------
 
@@ -150,145 +166,71 @@ class Recorder:
         try:
             await self.journal.append(record.to_json())
         except JournalError as exc:
-            self.stats.journal_errors += 1
+            self._journal_errors += 1
             self._journal_failed(exc)
             if self.refuse_when_unrecordable:
                 raise Unrecordable("the record of this request could not be kept") from exc
-            with self._spill_lock:
-                self._spill.append(record)
-        else:
-            self.stats.journaled += 1
+            self._spill.append(record)
+            if self._spill_task is None or self._spill_task.done():
+                self._spill_task = asyncio.ensure_future(self._write_spill())
+            return
+        self._journaled += 1
         # Wake the writer early only for a full batch; otherwise it flushes on its interval.
-        if self.backlog >= self.batch_size:
+        if self._journaled - self._counters[drainer.WRITTEN] >= self.batch_size:
             self._wake.set()
 
     @property
+    def stats(self) -> RecorderStats:
+        counters = self._counters
+        return RecorderStats(
+            journaled=self._journaled,
+            written=counters[drainer.WRITTEN],
+            replayed=counters[drainer.REPLAYED],
+            db_errors=counters[drainer.DB_ERRORS],
+            journal_errors=self._journal_errors,
+            db_healthy=not counters[drainer.DB_DOWN],
+        )
+
+    @property
     def backlog(self) -> int:
-        """Records accepted but not yet in the database (this process)."""
-        return max(self.stats.journaled - self.stats.written, 0) + len(self._spill)
+        """Records accepted but not yet in the database (this process's)."""
+        written = self._counters[drainer.WRITTEN] - self._counters[drainer.REPLAYED]
+        return max(self._journaled - written, 0) + len(self._spill)
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
         self.journal.open()
-        self._thread = threading.Thread(target=self._run, name="kvgate-recorder", daemon=True)
-        self._thread.start()
+        if self.process:
+            assert self.database_url is not None
+            self._worker = multiprocessing.get_context("spawn").Process(
+                target=drainer.drain_in_process, name="kvgate-recorder", daemon=True,
+                args=(self.database_url, str(self.journal.directory), self.journal.prefix,
+                      self.batch_size, self.flush_interval_s, self._counters, self._wake,
+                      self._stopping),
+            )
+        else:
+            worker = drainer.Drainer(engine=self.engine, directory=self.journal.directory,
+                                     own_prefix=self.journal.prefix, batch_size=self.batch_size,
+                                     counters=self._counters)
+            self._worker = threading.Thread(
+                target=worker.run, args=(self._wake, self._stopping, self.flush_interval_s),
+                name="kvgate-recorder", daemon=True)
+        self._worker.start()
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """Drain to the database (bounded), then close; what is left is replayed next start."""
-        if self._probe is not None:
-            self._probe.cancel()
+        """Close the journal, then let the writer drain it (bounded); what is left is
+        replayed at the next start."""
+        for task in (self._probe, self._spill_task):
+            if task is not None:
+                task.cancel()
+        self.journal.close()
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, timeout_s)
-        self.journal.close()
-        path = self.journal.path
-        if path is not None and self._offsets.get(path) == _size(path):
-            path.unlink(missing_ok=True)
+        if self._worker is not None:
+            await asyncio.to_thread(self._worker.join, timeout_s)
 
-    # -- the writer thread -------------------------------------------------------------
-
-    def _run(self) -> None:
-        # Drain first: a previous process's journal is replayed as soon as we start.
-        backoff, wait_s = 0.0, 0.0
-        while True:
-            stopping = self._stopping.is_set()
-            self._wake.wait(wait_s)
-            self._wake.clear()
-            wait_s = self.flush_interval_s
-            try:
-                progressed = self._drain_once()
-            except SQLAlchemyError as exc:
-                self.stats.db_errors += 1
-                if self.stats.db_healthy:
-                    log.warning("database unavailable, records wait in the journal: %s", exc)
-                self.stats.db_healthy = False
-                backoff = min(max(backoff * 2, 0.25), 5.0)
-                wait_s = max(backoff, self.flush_interval_s)
-                if stopping:
-                    return
-                continue
-            if not self.stats.db_healthy:
-                log.info("database back; journal backlog draining")
-            self.stats.db_healthy = True
-            backoff = 0.0
-            if stopping and not progressed:
-                return
-            if progressed:
-                self._wake.set()
-
-    def _drain_once(self) -> bool:
-        """Write one batch from the spill, our segments or an orphan; True if any."""
-        with self._spill_lock:
-            spilled, self._spill = self._spill, []
-        if spilled:
-            try:
-                insert_records(self.engine, spilled)
-            except SQLAlchemyError:
-                with self._spill_lock:
-                    self._spill[:0] = spilled
-                raise
-            self.stats.written += len(spilled)
-            return True
-        for path in segments(self.journal.directory):
-            if path.name.startswith(self.journal.prefix):
-                if self._drain_own(path):
-                    return True
-            elif self._drain_orphan(path):
-                return True
-        return False
-
-    def _drain_own(self, path: Path) -> bool:
-        offset = self._offsets.get(path, 0)
-        lines, end = read_batch(path, offset, self.batch_size)
-        if lines:
-            self._write(lines)
-            self.stats.written += len(lines)
-        self._offsets[path] = end
-        if path != self.journal.path and end >= _size(path):
-            path.unlink(missing_ok=True)
-            self._offsets.pop(path, None)
-        return bool(lines)
-
-    def _drain_orphan(self, path: Path) -> bool:
-        """Replay a dead process's segment whole, holding its lock so no one else does."""
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            offset, replayed = 0, 0
-            while True:
-                lines, offset = read_batch(path, offset, self.batch_size)
-                if not lines:
-                    break
-                self._write(lines)
-                replayed += len(lines)
-            path.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
-        self.stats.replayed += replayed
-        if replayed:
-            log.info("replayed %d records from %s", replayed, path.name)
-        return replayed > 0
-
-    def _write(self, lines: list[bytes]) -> None:
-        records = []
-        for line in lines:
-            try:
-                records.append(Record.from_json(line))
-            except (ValueError, KeyError, TypeError):
-                log.error("unreadable journal line skipped: %.200r", line)
-        insert_records(self.engine, records)
-        if self.on_written is not None:
-            self.on_written(records)
-
-    # -- journal health ----------------------------------------------------------------
+    # -- when the journal fails ----------------------------------------------------------
 
     def _journal_failed(self, exc: OSError) -> None:
         if self.journal_healthy:
@@ -306,12 +248,16 @@ class Recorder:
                 self.journal_healthy = True
                 log.info("journal writable again")
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+    async def _write_spill(self) -> None:
+        """Records the journal could not take (refusing disabled) go straight to the database."""
+        while self._spill:
+            batch = self._spill[: self.batch_size]
+            try:
+                await asyncio.to_thread(insert_records, self.engine, batch)
+            except SQLAlchemyError:
+                await asyncio.sleep(1.0)
+                continue
+            del self._spill[: len(batch)]
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:

@@ -124,3 +124,39 @@ async def test_stop_leaves_what_it_could_not_write_for_the_next_start(tmp_path: 
     assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 1, 10)
     await again.stop()
     engine.dispose()
+
+
+async def test_a_writer_process_drains_the_journal_and_stops_with_the_recorder(
+    database_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(database_url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.02, batch_size=7,
+                        database_url=database_url, process=True)
+    recorder.start()
+    await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(40)))
+    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 40, 20)
+    assert recorder.stats.written == 40 and recorder.backlog == 0
+    await recorder.record(make_record("req_last"))
+    await recorder.stop()
+    assert not recorder._worker.is_alive()  # type: ignore[union-attr]
+    assert count_rows(engine) == 41  # the final pass drained what came last
+    assert segments(tmp_path) == []
+    engine.dispose()
+
+
+async def test_a_writer_process_waits_out_a_database_outage(tmp_path: Path) -> None:
+    database_dir = tmp_path / "db-not-there-yet"
+    url = f"sqlite:///{database_dir / 'kvgate.db'}"
+    engine = make_engine(url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path / "journal", flush_interval_s=0.02,
+                        database_url=url, process=True)
+    recorder.start()
+    await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(20)))
+    assert await asyncio.to_thread(wait_until, lambda: recorder.stats.db_errors > 0, 20)
+    assert not recorder.stats.db_healthy and recorder.backlog == 20
+    database_dir.mkdir()
+    upgrade(url)
+    assert await asyncio.to_thread(wait_until, lambda: recorder.backlog == 0, 20)
+    await recorder.stop()
+    assert recorder.stats.db_healthy and count_rows(engine) == 20
+    engine.dispose()

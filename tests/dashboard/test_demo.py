@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from gateway.db.models import RequestRow, TenantRow
 from gateway.db.session import make_engine
-from tests.support.processes import Proc, free_port, wait_http
+from tests.support.processes import Proc, free_port, wait_http, wait_recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +39,7 @@ def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_p
         while "demo workload sent" not in demo.output():
             assert time.monotonic() < deadline and process.poll() is None, demo.output()
             time.sleep(0.2)
-        time.sleep(0.5)  # the recorder's last flush
+        wait_recorded(demo.url)
         engine = make_engine(url)
         with engine.connect() as connection:
             tenants = set(connection.scalars(select(TenantRow.name)))

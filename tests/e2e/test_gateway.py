@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from gateway.db.models import RequestRow
 from tests.e2e.conftest import DOWN, MODEL, SOLO, Stack
-from tests.support.processes import kvgate
+from tests.support.processes import kvgate, wait_recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +46,7 @@ def messages(user: str, system: str = SYSTEM) -> list[dict[str, str]]:
 
 
 def rows(stack: Stack, **where: Any) -> list[RequestRow]:
-    time.sleep(0.3)  # the recorder writes in batches every 50 ms in these tests
+    wait_recorded(stack.url)
     with stack.engine.connect() as connection:
         query = select(RequestRow)
         for name, value in where.items():
@@ -284,7 +284,7 @@ def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
         tokens["uncached"] += usage.prompt_tokens - cached
         tokens["cached"] += cached
         tokens["output"] += usage.completion_tokens
-    time.sleep(0.3)
+    wait_recorded(stack.url)
     today = datetime.now(UTC).date()
     status, headers, body = raw(stack, f"/v1/billing/statement?start={today}&end={today}&format=json",
                                 headers={"Authorization": f"Bearer {key}"})

@@ -21,7 +21,7 @@ from gateway.db.models import RequestRow
 from gateway.db.session import make_engine
 from tests.e2e.conftest import make_tenant
 from tests.support.processes import (
-    Proc, gateway_env, kvgate, start_gateway, start_sim, wait_http, write_config,
+    Proc, gateway_env, kvgate, start_gateway, start_sim, wait_http, wait_recorded, write_config,
 )
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +53,7 @@ class Fleet:
         self.engine = make_engine(self.database_url)
 
     def rows(self, model: str) -> list[RequestRow]:
-        time.sleep(0.3)
+        wait_recorded(self.gateway.url)
         with self.engine.connect() as connection:
             return list(connection.execute(  # type: ignore[arg-type]
                 select(RequestRow).where(RequestRow.model == model).order_by(RequestRow.started_at)))

@@ -99,6 +99,7 @@ def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", str(port)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+        start_new_session=True,  # its own process group: a test can kill it with its children
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -116,3 +117,16 @@ def running(*procs: Proc) -> Iterator[None]:
     finally:
         for proc in procs:
             proc.stop()
+
+
+def wait_recorded(gateway_url: str, timeout_s: float = 15.0) -> None:
+    """Wait until the gateway reports every record it accepted written to the database."""
+    import json
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(gateway_url + "/healthz", timeout=2) as reply:
+            if json.loads(reply.read())["recorder_backlog"] == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"records of {gateway_url} not written after {timeout_s} s")

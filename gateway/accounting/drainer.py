@@ -1,0 +1,179 @@
+"""Moves journaled records into the database, in batches, off the request path.
+
+A ``Drainer`` tails the segments of its own gateway process (up to the last complete line)
+and replays whole the segments no live process holds (a crashed gateway's). It runs in a
+thread, or in a child process of the gateway (``drain_in_process``), which keeps its
+SQLAlchemy work off the event loop's core and GIL. Its counters live in a small array that
+can be shared memory, so the gateway reads them for /metrics either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import sys
+from collections.abc import MutableSequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.accounting.journal import read_batch, segments
+from gateway.accounting.records import Record
+
+log = logging.getLogger("kvgate.recorder")
+
+# Indices of the counters array.
+WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN = range(4)
+COUNTERS = 4
+
+
+class EventLike(Protocol):
+    def set(self) -> None: ...
+    def clear(self) -> None: ...
+    def is_set(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Drainer:
+    """One writer of journaled records into the database."""
+
+    def __init__(self, *, engine: Engine, directory: Path, own_prefix: str, batch_size: int,
+                 counters: MutableSequence[int]) -> None:
+        self.engine = engine
+        self.directory = directory
+        self.own_prefix = own_prefix
+        self.batch_size = batch_size
+        self.counters = counters
+        self._offsets: dict[Path, int] = {}
+
+    def run(self, wake: EventLike, stopping: EventLike, flush_interval_s: float) -> None:
+        """Drain until stopped; on stop, one final pass empties our own segments."""
+        backoff, wait_s = 0.0, 0.0  # drain at once: a crashed gateway's journal first
+        while True:
+            stopping_now = stopping.is_set()
+            wake.wait(wait_s)
+            wake.clear()
+            wait_s = flush_interval_s
+            try:
+                progressed = self.drain_once(final=stopping_now)
+            except SQLAlchemyError as exc:
+                self.counters[DB_ERRORS] += 1
+                if not self.counters[DB_DOWN]:
+                    log.warning("database unavailable, records wait in the journal: %s", exc)
+                self.counters[DB_DOWN] = 1
+                backoff = min(max(backoff * 2, 0.25), 5.0)
+                wait_s = max(backoff, flush_interval_s)
+                if stopping_now:
+                    return
+                continue
+            if self.counters[DB_DOWN]:
+                log.info("database back; journal backlog draining")
+            self.counters[DB_DOWN] = 0
+            backoff = 0.0
+            if stopping_now and not progressed:
+                return
+            if progressed:
+                wake.set()
+
+    def drain_once(self, *, final: bool = False) -> bool:
+        """Write one batch from our segments or an orphan's; True if anything was written.
+
+        Our newest segment may still be written to, so it is kept, unless ``final``.
+        """
+        listed = segments(self.directory)
+        own = [p for p in listed if p.name.startswith(self.own_prefix)]
+        current = max(own, key=lambda p: p.name) if own and not final else None
+        for path in listed:
+            if path.name.startswith(self.own_prefix):
+                if self._drain_own(path, keep=path == current):
+                    return True
+            elif self._drain_orphan(path):
+                return True
+        return False
+
+    def _drain_own(self, path: Path, *, keep: bool) -> bool:
+        offset = self._offsets.get(path, 0)
+        lines, end = read_batch(path, offset, self.batch_size)
+        if lines:
+            self._write(lines)
+        self._offsets[path] = end
+        if not keep and end >= _size(path):
+            path.unlink(missing_ok=True)
+            self._offsets.pop(path, None)
+        return bool(lines)
+
+    def _drain_orphan(self, path: Path) -> bool:
+        """Replay a dead process's segment whole, holding its lock so no one else does."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            offset, replayed = 0, 0
+            while True:
+                lines, offset = read_batch(path, offset, self.batch_size)
+                if not lines:
+                    break
+                self._write(lines)
+                replayed += len(lines)
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+        self.counters[REPLAYED] += replayed
+        if replayed:
+            log.info("replayed %d records from %s", replayed, path.name)
+        return replayed > 0
+
+    def _write(self, lines: list[bytes]) -> None:
+        from gateway.accounting.recorder import insert_records
+
+        records = []
+        for line in lines:
+            try:
+                records.append(Record.from_json(line))
+            except (ValueError, KeyError, TypeError):
+                log.error("unreadable journal line skipped: %.200r", line)
+        insert_records(self.engine, records)
+        self.counters[WRITTEN] += len(lines)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def drain_in_process(database_url: str, directory: str, own_prefix: str, batch_size: int,
+                     flush_interval_s: float, counters: Any, wake: Any, stopping: Any) -> None:
+    """The child process's main: drain until the gateway asks it to stop, or dies."""
+    from gateway.db.session import make_engine
+
+    if sys.platform == "linux":  # be told when the gateway dies, even by SIGKILL
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    def stop(*_: object) -> None:
+        stopping.set()
+        wake.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine = make_engine(database_url)
+    try:
+        Drainer(engine=engine, directory=Path(directory), own_prefix=own_prefix,
+                batch_size=batch_size, counters=counters).run(wake, stopping, flush_interval_s)
+    finally:
+        with contextlib.suppress(Exception):
+            engine.dispose()
