@@ -18,6 +18,7 @@ from tests.support.processes import (
 MODEL = "kvgate/demo-llama-8b"
 SOLO = "solo-llama"  # one replica: repeats always land on the same cache
 DOWN = "down-llama"  # a replica nobody listens on
+UNPRICED = "unpriced-llama"  # bills as a model the price book does not know
 
 
 @dataclass
@@ -67,6 +68,8 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             {"name": SOLO, "replicas": [sims[2].url], "price_model": MODEL, "upstream_model": MODEL},
             {"name": DOWN, "replicas": [f"http://127.0.0.1:{free_port()}"], "price_model": MODEL,
              "upstream_model": MODEL, "connect_timeout_s": 1},
+            {"name": UNPRICED, "replicas": [sims[2].url], "price_model": "no-price-for-this",
+             "upstream_model": MODEL},
         ])
         gateway = start_gateway(tmp, config, env)
         engine = make_engine(database_url)

@@ -21,7 +21,7 @@ from openai import AsyncOpenAI, OpenAI
 from sqlalchemy import select
 
 from gateway.db.models import RequestRow
-from tests.e2e.conftest import DOWN, MODEL, SOLO, Stack
+from tests.e2e.conftest import DOWN, MODEL, SOLO, UNPRICED, Stack
 from tests.support.processes import kvgate, wait_recorded
 
 pytestmark = pytest.mark.e2e
@@ -66,7 +66,7 @@ def raw(stack: Stack, path: str, body: bytes | None = None, headers: dict[str, s
 
 
 def test_models_list(stack: Stack) -> None:
-    assert sorted(m.id for m in client(stack).models.list()) == sorted([MODEL, SOLO, DOWN])
+    assert sorted(m.id for m in client(stack).models.list()) == sorted([MODEL, SOLO, DOWN, UNPRICED])
 
 
 def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack) -> None:
@@ -335,3 +335,22 @@ def test_metrics_count_requests_tokens_and_cost(stack: Stack) -> None:
                  "kvgate_recorder_backlog", "kvgate_journal_bytes", "kvgate_replica_up"):
         assert name in text, name
     assert f'kvgate_requests_total{{model="{SOLO}",status="completed",upstream="{stack.sims[2].url}"}}' in text
+
+
+def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -> None:
+    reply = client(stack, "beta").chat.completions.with_raw_response.create(
+        model=UNPRICED, messages=messages("no price"), max_tokens=3)
+    usage = reply.parse().usage
+    assert usage is not None and usage.completion_tokens == 3
+    assert usage.cost is None  # type: ignore[attr-defined]
+    (row,) = rows(stack, request_id=reply.headers["x-request-id"])
+    assert row.status == "completed" and row.price_id is None and row.cost_total == 0
+    assert row.uncached_tokens + row.cache_read_tokens == usage.prompt_tokens
+    _, _, body = raw(stack, "/metrics")
+    assert f'kvgate_unpriced_requests_total{{model="{UNPRICED}"}} 1.0' in body.decode()
+    today = datetime.now(UTC).date()
+    _, _, statement = raw(stack, f"/v1/billing/statement?start={today}&end={today}",
+                          headers={"Authorization": f"Bearer {stack.keys['beta']}"})
+    lines = [l for l in json.loads(statement)["line_items"] if l["model"] == UNPRICED]
+    assert [(l["price_id"], l["requests"], l["cost_total"], l["input_rate"]) for l in lines] == [
+        (None, 1, "0.000000000", None)]
