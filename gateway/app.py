@@ -133,8 +133,17 @@ def create_app(settings: Settings) -> FastAPI:
         async def check_replicas() -> None:
             await asyncio.gather(*(f.check_health(state.http) for f in proxy.fleets.values()))
 
+        async def read_loads() -> None:
+            await asyncio.gather(*(f.read_loads(state.http) for f in proxy.fleets.values()))
+
+        # Block size and hashing come from the replicas: learned before the first request.
+        await read_loads()
+        consumers = [c for f in proxy.fleets.values() for c in f.event_consumers()]
+        for consumer in consumers:
+            consumer.start()
         tasks = [
             asyncio.ensure_future(_every(settings.health_interval_s, check_replicas, "health")),
+            asyncio.ensure_future(_every(settings.load_interval_s, read_loads, "load")),
             asyncio.ensure_future(_every(settings.key_refresh_s, keys.refresh, "key refresh")),
             asyncio.ensure_future(_every(settings.price_refresh_s, refresh_prices, "prices")),
         ]
@@ -148,6 +157,8 @@ def create_app(settings: Settings) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            for consumer in consumers:
+                await consumer.stop()
             await recorder.stop()
             await state.http.close()
             engine.dispose()

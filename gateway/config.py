@@ -32,6 +32,18 @@ class ConfigError(ValueError):
     """A settings value or deployments file that cannot be used."""
 
 
+class KvEvents(BaseModel):
+    """Where one replica publishes vLLM's KV events (its ``--kv-events-config``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The replica's PUB socket, e.g. tcp://10.0.0.5:5557 (the replica binds tcp://*:5557).
+    endpoint: str = Field(min_length=1)
+    # Its replay socket (``replay_endpoint``): lost events are recovered from it.
+    replay_endpoint: str | None = None
+    topic: str = ""
+
+
 class Deployment(BaseModel):
     """One model name clients use, and where its requests go."""
 
@@ -51,8 +63,14 @@ class Deployment(BaseModel):
     # The replicas' KV block size and cache capacity in blocks (the index's bound).
     block_size: int = Field(default=16, ge=1)
     capacity_blocks: int = Field(default=2048, ge=1)
-    # How prompts become blocks: none = text chunks (approximate); "kvgate-sim" = exact.
+    # How prompts become blocks: none = text chunks (approximate); "kvgate-sim" = the
+    # simulator's tokens; a model directory (tokenizer.json, chat template) = vLLM's own
+    # tokens and block hashes, with block size and hash algorithm read from the replicas.
     tokenizer: str | None = None
+    # One entry per replica, in order: holdings known exactly from its KV events.
+    kv_events: tuple[KvEvents, ...] = ()
+    # The replicas' PYTHONHASHSEED, if they run with one set (it seeds vLLM's block hashes).
+    hash_seed: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
 
@@ -67,8 +85,13 @@ class Deployment(BaseModel):
             Tunables(**self.tunables)  # type: ignore[arg-type]
         except TypeError as exc:
             raise ValueError(f"unknown tunable: {exc}") from None
-        if self.tokenizer not in (None, SIM_TOKENIZER):
-            raise ValueError(f"tokenizer must be {SIM_TOKENIZER!r} or absent")
+        if self.tokenizer not in (None, SIM_TOKENIZER) and not (
+            Path(self.tokenizer) / "tokenizer.json"
+        ).is_file():
+            raise ValueError(f"tokenizer must be {SIM_TOKENIZER!r}, a model directory with a "
+                             f"tokenizer.json, or absent; {self.tokenizer!r} is none of these")
+        if self.kv_events and len(self.kv_events) != len(self.replicas):
+            raise ValueError("kv_events needs one entry per replica, in the replicas' order")
         return self
 
     @property
@@ -200,6 +223,8 @@ class Settings(BaseSettings):
     key_refresh_s: float = Field(default=5.0, gt=0)
     price_refresh_s: float = Field(default=30.0, gt=0)
     health_interval_s: float = Field(default=5.0, gt=0)
+    # How often each replica's /metrics is read (load, and its KV block size and hashing).
+    load_interval_s: float = Field(default=1.0, gt=0)
     replica_cooldown_s: float = Field(default=5.0, gt=0)
     log_level: str = "info"
     # Asked for by the dashboard when set; unset (the demo) means no password.

@@ -4,6 +4,8 @@
     replica ─▶ policy.choose ─▶ Placement (in-flight, queued prefill) ─▶ index.record
     first token ─▶ queued prefill becomes a running sequence
     usage ─▶ index.correct (a replica that reports less than predicted has evicted)
+    KV events ─▶ exact holdings, used for replicas whose event stream is in sync
+    /metrics ─▶ the replica's own running and waiting counts, block size, hash algorithm
 
 Everything here runs on the event loop and is O(replicas + prompt blocks) per request.
 """
@@ -24,7 +26,10 @@ from gateway.api.calls import Call
 from gateway.config import Deployment
 from gateway.errors import UpstreamUnavailable
 from gateway.routing.ceiling import HitCeiling
+from gateway.routing.exact import RoutingIndex
 from gateway.routing.index import ApproximateIndex
+from gateway.routing.kv_events import KvEventConsumer, KvEventSource
+from gateway.routing.load import ReplicaLoad, read_load
 from gateway.routing.policy import ReplicaView, RouteRequest, Tunables, choose
 from gateway.routing.prompts import Prompt, PromptHasher
 
@@ -39,6 +44,7 @@ class Replica:
     running: int = 0  # requests past their first token
     down_until: float = 0.0
     failures: int = 0
+    load: ReplicaLoad | None = None  # the replica's own last reading of its /metrics
 
     def available(self, now: float) -> bool:
         return self.down_until <= now
@@ -65,6 +71,18 @@ class Placement:
     finished: bool = False
 
 
+def _view(replica: Replica, matched_blocks: int) -> ReplicaView:
+    """The policy's view of a replica: this gateway's counts, or the replica's own when
+    they are higher (other gateways' requests are there too)."""
+    running, in_flight = replica.running, replica.in_flight
+    load = replica.load
+    if load is not None:
+        running = max(running, load.running)
+        in_flight = max(in_flight, load.running + load.waiting)
+    return ReplicaView(name=replica.url, matched_blocks=matched_blocks, in_flight=in_flight,
+                       queued_prefill_tokens=replica.queued_prefill_tokens, running=running)
+
+
 def _key(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode())
 
@@ -81,8 +99,9 @@ class Fleet:
         self.tunables = Tunables(**deployment.tunables)
         self.hasher = PromptHasher(model=deployment.served_name,
                                    block_size=deployment.block_size,
-                                   tokenizer=deployment.tokenizer)
-        self.index = ApproximateIndex(deployment.capacity_blocks)
+                                   tokenizer=deployment.tokenizer,
+                                   hash_seed=deployment.hash_seed)
+        self.index = RoutingIndex(ApproximateIndex(deployment.capacity_blocks))
         self.ceiling = ceiling or HitCeiling()
         self._sequence = itertools.count()
 
@@ -104,10 +123,7 @@ class Fleet:
                 f"no healthy replica for model {self.deployment.name!r}; retry shortly")
         prompt = route.prompt
         matched = self.index.match_all(prompt.hashes) if prompt.hashes else {}
-        views = [ReplicaView(name=r.url, matched_blocks=matched.get(r.url, 0),
-                             in_flight=r.in_flight, queued_prefill_tokens=r.queued_prefill_tokens,
-                             running=r.running)
-                 for r in candidates]
+        views = [_view(r, matched.get(r.url, 0)) for r in candidates]
         request = RouteRequest(seq=next(self._sequence), key=route.key,
                                interaction=route.interaction, prompt_tokens=prompt.prompt_tokens,
                                block_tokens=prompt.block_tokens)
@@ -156,6 +172,29 @@ class Fleet:
 
     def ceiling_tokens(self, route: Route, prompt_tokens: int) -> int:
         return self.hasher.tokens(route.prompt, route.ceiling_blocks, prompt_tokens)
+
+    # -- what the replicas say about themselves -----------------------------------------
+
+    def event_consumers(self) -> list[KvEventConsumer]:
+        """One KV event consumer per replica that publishes, feeding the exact index."""
+        if not self.deployment.kv_events:
+            return []
+        return [
+            KvEventConsumer(KvEventSource(replica.url, events.endpoint, events.replay_endpoint,
+                                          events.topic),
+                            self.index.exact, on_fresh=self.index.set_fresh)
+            for replica, events in zip(self.replicas, self.deployment.kv_events, strict=True)
+        ]
+
+    async def read_loads(self, session: aiohttp.ClientSession) -> None:
+        """Read every replica's /metrics: its load, and how it names blocks."""
+        model = self.deployment.served_name
+        loads = await asyncio.gather(*(read_load(session, r.url, model=model)
+                                       for r in self.replicas))
+        for replica, load in zip(self.replicas, loads, strict=True):
+            replica.load = load
+            if load is not None and load.cache is not None:
+                self.hasher.configure(load.cache)
 
     # -- health ------------------------------------------------------------------------
 

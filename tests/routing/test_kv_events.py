@@ -133,6 +133,7 @@ async def test_dropped_messages_are_replayed_when_the_next_one_shows_the_gap(
             relay.dropping = True
             for n in range(1, 7):  # 7 x 3 blocks through 16: evictions among the drops
                 await sim.ask(prompt(n))
+            await until(lambda: relay.dropped == 6)
             relay.dropping = False
             await sim.ask(prompt(0))
             await until(lambda: index.blocks(REPLICA_NAME) == sim.holdings())
@@ -189,6 +190,7 @@ async def test_without_a_replay_socket_a_gap_resynchronises_and_never_over_claim
         await until(lambda: consumer.next_seq == 1)
         relay.dropping = True
         await sim.ask(prompt(1))  # evicts one of prompt 0's blocks: its removal is lost
+        await until(lambda: relay.dropped == 1)
         relay.dropping = False
         await sim.ask(prompt(2))
         await until(lambda: consumer.stats.resyncs == 1)

@@ -24,6 +24,7 @@ class LossyRelay:
         self.dropping = False
         self.dropped = 0
         self.forwarded = 0
+        self.last_seq = -1  # of the last message seen, dropped or not
         self._context = zmq.asyncio.Context()
         self._task: asyncio.Task[None] | None = None
 
@@ -46,6 +47,7 @@ class LossyRelay:
     async def _relay(self, sub: zmq.asyncio.Socket, pub: zmq.asyncio.Socket) -> None:
         while True:
             frames = await sub.recv_multipart()
+            self.last_seq = int.from_bytes(frames[1], "big", signed=True)
             if self.dropping:
                 self.dropped += 1
             else:
