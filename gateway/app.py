@@ -128,6 +128,9 @@ def create_app(settings: Settings) -> FastAPI:
                 for replica in fleet.replicas:
                     metrics.replica_up.labels(name, replica.url).set(replica.available(now))
                     metrics.replica_in_flight.labels(name, replica.url).set(replica.in_flight)
+                    if fleet.deployment.kv_events:
+                        metrics.replica_kv_events_fresh.labels(name, replica.url).set(
+                            fleet.index.fresh(replica.url))
 
         state.refresh_gauges = refresh_gauges
         async def check_replicas() -> None:

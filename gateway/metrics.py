@@ -56,6 +56,11 @@ class Metrics:
             "kvgate_replica_up", "1 when a replica is taken for routing", ["model", "replica"],
             registry=r,
         )
+        self.replica_kv_events_fresh = Gauge(
+            "kvgate_replica_kv_events_fresh",
+            "1 while a replica's KV event stream is in sync (exact routing), 0 when stale",
+            ["model", "replica"], registry=r,
+        )
         self.replica_in_flight = Gauge(
             "kvgate_replica_in_flight", "Requests in flight per replica", ["model", "replica"],
             registry=r,

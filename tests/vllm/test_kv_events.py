@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -125,8 +126,8 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
         assert False in freshness
         await agrees_with_the_replica(replica, index, [*before, after])
 
-    # The gateway's own view followed the restart too: its predictions stay exact.
-    await asyncio.sleep(1.0)
+    # The gateway's own view followed the restart too: in sync again, predictions exact.
+    await until(lambda: _gateway_fresh(stack, replica.url) == 1.0)
     for _ in range(2):
         raw = gateway.chat.completions.with_raw_response.create(
             model="tiny", messages=[{"role": "user", "content": through_gateway}],
@@ -136,6 +137,16 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
         row = stack.row(raw.headers["x-request-id"])
         assert row.predicted_cached_tokens == reply.usage.prompt_tokens_details.cached_tokens
         await asyncio.sleep(0.3)
+
+
+def _gateway_fresh(stack: ExactStack, replica_url: str) -> float | None:
+    with urllib.request.urlopen(stack.gateway.url + "/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    wanted = f'kvgate_replica_kv_events_fresh{{model="tiny",replica="{replica_url}"}} '
+    for line in text.splitlines():
+        if line.startswith(wanted):
+            return float(line[len(wanted):])
+    return None
 
 
 async def _record_freshness(watcher: KvEventConsumer, seen: list[bool]) -> None:
