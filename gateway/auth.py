@@ -3,8 +3,9 @@
 Keys are random 256-bit tokens, so a plain SHA-256 is the right stored form (as for
 GitHub or Stripe tokens): it cannot be reversed, and the look-up by hash does not compare
 secrets byte by byte. Active keys are held in memory and refreshed in the background, so
-no request waits on the database; an unknown key triggers one shared refresh at most every
-quarter second, so a key created a moment ago works at once.
+no known key waits on the database; an unknown key waits for a view loaded after it
+arrived (shared refreshes, at most one every quarter second), so a key created a moment
+ago works at once and a revoked one stops within KVGATE_KEY_REFRESH_S.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from gateway.errors import AuthenticationFailed
 
+log = logging.getLogger("kvgate.auth")
 KEY_PREFIX = "kvg-"
 MISS_REFRESH_INTERVAL_S = 0.25
 
@@ -56,7 +59,9 @@ def cache_salt(secret: str, scope: str, client_salt: str | None = None) -> str:
     The result never equals a client-chosen value and never matches across scopes, so a
     client cannot name its way into another tenant's cache.
     """
-    message = scope if client_salt is None else f"{scope}\x1f{client_salt}"
+    # Length-prefixed parts: no scope and client salt can spell another pair.
+    parts = [scope] if client_salt is None else [scope, client_salt]
+    message = "".join(f"{len(part)}:{part}" for part in parts)
     return hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
 
 
@@ -75,7 +80,8 @@ class KeyRing:
     def __init__(self, load: Callable[[], dict[str, Principal]]) -> None:
         self._load = load
         self._keys: dict[str, Principal] = {}
-        self._last_refresh = 0.0
+        self._started = 0.0  # when the refresh in flight (or the last) began
+        self._fresh_since = -1.0  # when the refresh behind the current view began
         self._refreshing: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -83,16 +89,38 @@ class KeyRing:
 
     async def refresh(self) -> None:
         """Reload the active keys (in a thread: the database is not on the event loop)."""
-        self._last_refresh = time.monotonic()
-        self._keys = await asyncio.to_thread(self._load)
+        started = self._started = time.monotonic()
+        keys = await asyncio.to_thread(self._load)
+        if started >= self._fresh_since:
+            self._keys, self._fresh_since = keys, started
+
+    async def _refresh_after(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        await self.refresh()
+
+    async def _view_since(self, moment: float) -> None:
+        """Wait for a view loaded by a refresh that began after ``moment``.
+
+        Misses share one refresh, at most one every MISS_REFRESH_INTERVAL_S: a flood of bad
+        keys waits, it does not hammer the database.
+        """
+        while self._fresh_since < moment:
+            if self._refreshing is None or self._refreshing.done():
+                delay = max(0.0, MISS_REFRESH_INTERVAL_S - (time.monotonic() - self._started))
+                self._refreshing = asyncio.ensure_future(self._refresh_after(delay))
+            try:
+                await asyncio.shield(self._refreshing)
+            except Exception:
+                log.warning("API keys could not be reloaded; unknown keys are refused")
+                return
 
     async def authenticate(self, authorization: str | None) -> Principal:
+        arrived = time.monotonic()
         digest = hash_key(bearer_token(authorization))
         principal = self._keys.get(digest)
-        if principal is None and time.monotonic() - self._last_refresh > MISS_REFRESH_INTERVAL_S:
-            if self._refreshing is None or self._refreshing.done():
-                self._refreshing = asyncio.ensure_future(self.refresh())
-            await asyncio.shield(self._refreshing)
+        if principal is None:
+            # A key created a moment ago: look again in a view newer than this request.
+            await self._view_since(arrived)
             principal = self._keys.get(digest)
         if principal is None:
             raise AuthenticationFailed("invalid or revoked API key")

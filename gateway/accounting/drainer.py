@@ -28,9 +28,9 @@ from gateway.accounting.records import Record
 
 log = logging.getLogger("kvgate.recorder")
 
-# Indices of the counters array.
-WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN = range(4)
-COUNTERS = 4
+# Indices of the counters array; READY is 1 once the first pass over the journal is done.
+WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN, READY = range(5)
+COUNTERS = 5
 
 
 class EventLike(Protocol):
@@ -63,10 +63,11 @@ class Drainer:
             try:
                 progressed = self.drain_once(final=stopping_now)
             except SQLAlchemyError as exc:
+                was_up = not self.counters[DB_DOWN]
+                self.counters[DB_DOWN] = 1  # before the error count: readers see both
                 self.counters[DB_ERRORS] += 1
-                if not self.counters[DB_DOWN]:
+                if was_up:
                     log.warning("database unavailable, records wait in the journal: %s", exc)
-                self.counters[DB_DOWN] = 1
                 backoff = min(max(backoff * 2, 0.25), 5.0)
                 wait_s = max(backoff, flush_interval_s)
                 if stopping_now:
@@ -75,6 +76,7 @@ class Drainer:
             if self.counters[DB_DOWN]:
                 log.info("database back; journal backlog draining")
             self.counters[DB_DOWN] = 0
+            self.counters[READY] = 1
             backoff = 0.0
             if stopping_now and not progressed:
                 return

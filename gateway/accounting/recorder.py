@@ -107,6 +107,7 @@ class RecorderStats:
     db_errors: int
     journal_errors: int
     db_healthy: bool
+    writer_ready: bool
 
 
 class Recorder:
@@ -189,6 +190,7 @@ class Recorder:
             db_errors=counters[drainer.DB_ERRORS],
             journal_errors=self._journal_errors,
             db_healthy=not counters[drainer.DB_DOWN],
+            writer_ready=bool(counters[drainer.READY]),
         )
 
     @property

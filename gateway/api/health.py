@@ -16,6 +16,8 @@ def healthz(request: Request) -> dict[str, object]:
         "status": "ok" if state.recorder.journal_healthy else "degraded",
         "journal_writable": state.recorder.journal_healthy,
         "database_reachable": state.recorder.stats.db_healthy,
+        # The database writer has started and made its first pass over the journal.
+        "recorder_ready": state.recorder.stats.writer_ready,
         "recorder_backlog": state.recorder.backlog,
         "models": sorted(state.deployments),
     }

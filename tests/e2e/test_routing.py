@@ -102,9 +102,11 @@ def test_kv_aware_reaches_the_ceiling_and_round_robin_does_not(fleet: Fleet) -> 
     assert rr_rate <= 0.75 * rr_ceiling
     # Exact mode: the router predicted every request's cached tokens to the token.
     assert [r.predicted_cached_tokens for r in kv_rows] == [r.cache_read_tokens for r in kv_rows]
-    # Each system prompt stays on one replica: 8 prompts over 3 replicas, none idle.
-    per_replica = {r.upstream for r in kv_rows}
-    assert len(per_replica) == 3
+    # Each system prompt stays on the replica that holds it (rows are turn-major: row i
+    # carries system prompt i % 8); round-robin spreads each prompt over all three.
+    for n in range(8):
+        assert len({kv_rows[i].upstream for i in range(n, 48, 8)}) == 1
+        assert len({rr_rows[i].upstream for i in range(n, 48, 8)}) == 3
 
 
 def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet) -> None:

@@ -104,10 +104,24 @@ def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/healthz", process=process)
+        wait_ready_to_record(url)
     except Exception:
         print(log.read_text(errors="replace"))
         raise
     return Proc(process, url, log)
+
+
+def wait_ready_to_record(gateway_url: str, timeout_s: float = 30.0) -> None:
+    """Wait until the gateway's database writer has started (it runs in its own process)."""
+    import json
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(gateway_url + "/healthz", timeout=2) as reply:
+            if json.loads(reply.read())["recorder_ready"]:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"the database writer of {gateway_url} did not start in {timeout_s} s")
 
 
 @contextlib.contextmanager
