@@ -102,6 +102,12 @@ async def run(url: str, key: str, *, stream: bool, concurrency: int, requests: i
     return Result("", latencies, seconds, errors)
 
 
+def own_cpu(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pin(process_id: int, core: int) -> None:
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
         os.sched_setaffinity(process_id, {core})
@@ -136,17 +142,21 @@ def main() -> None:
         pin(gateway.process.pid, 0)
         pin(sim.process.pid, 1)
         pin(0, 1)
-        results: list[tuple[str, int, bool, Result, Result]] = []
+        results: list[tuple[str, int, bool, Result, Result, float]] = []
         gateway_ids: list[str] = []
         for stream in (False, True):
             for concurrency in (1, 32):
                 n = args.requests if concurrency == 1 else args.requests * 2
                 direct = asyncio.run(run(sim.url + "/v1/chat/completions", key, stream=stream,
                                          concurrency=concurrency, requests=n, request_ids=[]))
+                own_before = own_cpu(gateway.process.pid)
                 through = asyncio.run(run(gateway.url + "/v1/chat/completions", key, stream=stream,
                                           concurrency=concurrency, requests=n,
                                           request_ids=gateway_ids))
-                results.append(("stream" if stream else "json", concurrency, stream, direct, through))
+                # The gateway process alone (its writer child is reported apart).
+                cpu_ms = (own_cpu(gateway.process.pid) - own_before) * 1000 / len(through.latencies)
+                results.append(("stream" if stream else "json", concurrency, stream, direct, through,
+                                cpu_ms))
         engine = create_engine(normalise_url(database_url))
         deadline = time.monotonic() + 60
         recorded = 0
@@ -163,12 +173,13 @@ def main() -> None:
 
         print(f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1)")
         print(f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
-              f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} {'errors':>6}")
-        for mode, concurrency, _stream, direct, through in results:
+              f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
+              f"{'CPU/req':>8} {'errors':>6}")
+        for mode, concurrency, _stream, direct, through, cpu_ms in results:
             print(f"{mode:<7}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
                   f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
                   f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
-                  f"{direct.errors + through.errors:>6}")
+                  f"{cpu_ms:>6.2f}ms {direct.errors + through.errors:>6}")
         print(f"\nrequests through kvgate: {len(gateway_ids)}, records in Postgres: {recorded}, "
               f"completed requests without a record: {missing}")
     finally:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway import errors
 from gateway.accounting.recorder import Recorder
@@ -32,15 +32,14 @@ from pricing.book import PriceBook
 log = logging.getLogger("kvgate")
 
 
-class RequestIdMiddleware:
-    """Give every request an id (``scope['state']['request_id']``) and echo it back."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+class Gateway(FastAPI):
+    """The FastAPI app, with the hot path in front: every request gets an id (in
+    ``scope['state']`` and the ``x-request-id`` header), and the inference paths go
+    straight to their handlers."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await super().__call__(scope, receive, send)
             return
         request_id = new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
@@ -51,7 +50,12 @@ class RequestIdMiddleware:
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        endpoint = inference.ENDPOINTS.get(scope["path"])
+        if endpoint is None:
+            await super().__call__(scope, receive, send_with_id)
+            return
+        scope["app"] = self
+        await inference.serve(endpoint, scope, receive, send_with_id)
 
 
 async def _every(interval_s: float, work: Callable[[], Awaitable[None]], name: str) -> None:
@@ -166,7 +170,7 @@ def create_app(settings: Settings) -> FastAPI:
             await state.http.close()
             engine.dispose()
 
-    app = FastAPI(
+    app = Gateway(
         title="kvgate",
         version="0.1.0",
         description="OpenAI-compatible gateway that prices every request.",
@@ -176,6 +180,4 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(billing.router)
     app.include_router(admin.router)
-    app.add_middleware(inference.InferenceRoutes)
-    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so every path has an id
     return app

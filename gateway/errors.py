@@ -3,7 +3,8 @@
     KvgateError                      (status, type, code)
     ├── InvalidRequest               400 invalid_request_error
     │   ├── BodyTooLarge             413 invalid_request_error / request_too_large
-    │   └── ModelNotFound            404 invalid_request_error / model_not_found
+    │   ├── ModelNotFound            404 invalid_request_error / model_not_found
+    │   └── MethodNotAllowed         405 invalid_request_error / method_not_allowed
     ├── AuthenticationFailed         401 authentication_error / invalid_api_key
     ├── PermissionDenied             403 permission_error
     ├── NotFound                     404 not_found_error
@@ -55,6 +56,11 @@ class BodyTooLarge(InvalidRequest):
 class ModelNotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+    code = "method_not_allowed"
 
 
 class AuthenticationFailed(KvgateError):

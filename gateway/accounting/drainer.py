@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import MutableSequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,12 +53,16 @@ class Drainer:
         self.counters = counters
         self._offsets: dict[Path, int] = {}
 
-    def run(self, wake: EventLike, stopping: EventLike, flush_interval_s: float) -> None:
-        """Drain until stopped; on stop, one final pass empties our own segments."""
+    def run(self, wake: EventLike, stopping: EventLike, flush_interval_s: float,
+            poll_s: float | None = None) -> None:
+        """Drain until stopped; on stop, one final pass empties our own segments.
+
+        ``poll_s`` caps each wait, for a stop that arrives as a flag rather than a wake-up.
+        """
         backoff, wait_s = 0.0, 0.0  # drain at once: a crashed gateway's journal first
         while True:
             stopping_now = stopping.is_set()
-            wake.wait(wait_s)
+            _wait(wake, stopping, wait_s, poll_s)
             wake.clear()
             wait_s = flush_interval_s
             try:
@@ -149,11 +154,54 @@ class Drainer:
         self.counters[WRITTEN] += len(lines)
 
 
+def _wait(wake: EventLike, stopping: EventLike, timeout_s: float, poll_s: float | None) -> None:
+    """Wait for a wake-up or the timeout; with ``poll_s``, also notice a stop flag."""
+    if poll_s is None:
+        wake.wait(timeout_s)
+        return
+    deadline = time.monotonic() + timeout_s
+    while not stopping.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or wake.wait(min(remaining, poll_s)):
+            return
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+STOP_POLL_S = 0.2
+
+
+class _Stop:
+    """Asked to stop by the gateway (a multiprocessing Event) or by a signal (a flag).
+
+    A signal handler must not set the Event: that takes the Event's lock, which the code
+    the signal interrupted may hold (a self-deadlock, seen here). So the handler only sets
+    a flag, and the drain loop polls for it.
+    """
+
+    def __init__(self, event: EventLike) -> None:
+        self.event = event
+        self.signalled = False
+
+    def on_signal(self, *_: object) -> None:
+        self.signalled = True
+
+    def is_set(self) -> bool:
+        return self.signalled or self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+
+    def clear(self) -> None:
+        self.event.clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.signalled or self.event.wait(timeout)
 
 
 def drain_in_process(database_url: str, directory: str, own_prefix: str, batch_size: int,
@@ -164,18 +212,16 @@ def drain_in_process(database_url: str, directory: str, own_prefix: str, batch_s
     if sys.platform == "linux":  # be told when the gateway dies, even by SIGKILL
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
-    def stop(*_: object) -> None:
-        stopping.set()
-        wake.set()
-
-    signal.signal(signal.SIGTERM, stop)
+    stop = _Stop(stopping)
+    signal.signal(signal.SIGTERM, stop.on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = make_engine(database_url)
     try:
         Drainer(engine=engine, directory=Path(directory), own_prefix=own_prefix,
-                batch_size=batch_size, counters=counters).run(wake, stopping, flush_interval_s)
+                batch_size=batch_size, counters=counters).run(wake, stop, flush_interval_s,
+                                                              poll_s=STOP_POLL_S)
     finally:
         with contextlib.suppress(Exception):
             engine.dispose()

@@ -160,3 +160,23 @@ async def test_a_writer_process_waits_out_a_database_outage(tmp_path: Path) -> N
     await recorder.stop()
     assert recorder.stats.db_healthy and count_rows(engine) == 20
     engine.dispose()
+
+
+async def test_a_writer_process_stops_on_repeated_sigterm(database_url: str, tmp_path: Path) -> None:
+    """SIGTERM (from the gateway's death, and from a supervisor) never deadlocks the writer."""
+    import signal as signals
+
+    engine = make_engine(database_url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.05,
+                        database_url=database_url, process=True)
+    recorder.start()
+    await recorder.record(make_record("req_term"))
+    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 1, 20)
+    worker = recorder._worker
+    assert worker is not None and worker.pid is not None
+    for _ in range(5):
+        os.kill(worker.pid, signals.SIGTERM)
+    await asyncio.to_thread(worker.join, 10)
+    assert not worker.is_alive()
+    recorder.journal.close()
+    engine.dispose()

@@ -354,3 +354,11 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
     lines = [l for l in json.loads(statement)["line_items"] if l["model"] == UNPRICED]
     assert [(l["price_id"], l["requests"], l["cost_total"], l["input_rate"]) for l in lines] == [
         (None, 1, "0.000000000", None)]
+
+
+def test_wrong_method_on_an_inference_path_is_an_openai_405(stack: Stack) -> None:
+    status, headers, body = raw(stack, "/v1/chat/completions", method="GET",
+                                headers={"Authorization": f"Bearer {stack.keys['alpha']}"})
+    error = json.loads(body)["error"]
+    assert status == 405 and error["code"] == "method_not_allowed" and "POST" in error["message"]
+    assert headers["x-request-id"].startswith("req_")
