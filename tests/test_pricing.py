@@ -1,13 +1,20 @@
 """The dated price book and exact Decimal cost."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from gateway.usage import Usage
-from pricing.book import Price, PriceBook, PriceError, load_catalog, parse_moment, price_from_mapping
+from pricing.book import (
+    Price,
+    PriceBook,
+    PriceError,
+    load_catalog,
+    parse_moment,
+    price_from_mapping,
+)
 from pricing.cost import Cost, compute, money
 
 D = Decimal
@@ -72,7 +79,7 @@ def test_the_shipped_catalog_validates() -> None:
 
 def test_catalog_errors_name_the_file_and_entry(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("prices:\n  - model: m\n    effective_from: 2026-01-01\n")
-    with pytest.raises(PriceError, match="bad.yaml entry 1"):
+    with pytest.raises(PriceError, match=r"bad\.yaml entry 1"):
         load_catalog(tmp_path)
 
 

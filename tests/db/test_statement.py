@@ -59,14 +59,14 @@ def world(database_url: str):  # type: ignore[no-untyped-def]
 
 
 def test_lines_group_by_day_model_and_price_with_exact_sums(world) -> None:  # type: ignore[no-untyped-def]
-    sessions, a, _b, records = world
+    sessions, a, _, records = world
     with sessions() as session:
         tenant = crud.get_tenant(session, name="a")
         statement = billing.build_statement(session, tenant=tenant, start=date(2026, 6, 30),
                                             end=date(2026, 7, 1))
-    lines = [(l.day, l.model, l.price_id, l.requests, l.completed_interactions,
-              l.uncached_tokens, l.cache_read_tokens, l.output_tokens, l.cost_total)
-             for l in statement.lines]
+    lines = [(item.day, item.model, item.price_id, item.requests, item.completed_interactions,
+              item.uncached_tokens, item.cache_read_tokens, item.output_tokens, item.cost_total)
+             for item in statement.lines]
     assert lines == [
         # 1200 × 0.20 + 800 × 0.02 + 150 × 0.60 (per 1M) = 0.000240 + 0.000016 + 0.000090
         ("2026-06-30", "m", JAN.id, 2, 2, 1200, 800, 150, D("0.000346000")),
@@ -85,11 +85,13 @@ def test_lines_group_by_day_model_and_price_with_exact_sums(world) -> None:  # t
 
 
 def test_a_statement_holds_nothing_of_another_tenant(world) -> None:  # type: ignore[no-untyped-def]
-    sessions, _a, b, _records = world
+    sessions, _a, b_id, _records = world
     with sessions() as session:
-        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="b"),
+        tenant = crud.get_tenant(session, name="b")
+        statement = billing.build_statement(session, tenant=tenant,
                                             start=date(2026, 1, 1), end=date(2026, 12, 31))
-    assert [(l.requests, l.uncached_tokens, l.cost_total) for l in statement.lines] == [
+    assert tenant.id == b_id and statement.tenant_id == b_id
+    assert [(item.requests, item.uncached_tokens, item.cost_total) for item in statement.lines] == [
         (1, 10**6, D("0.150000000"))]
 
 
@@ -98,7 +100,7 @@ def test_days_outside_the_period_are_left_out(world) -> None:  # type: ignore[no
     with sessions() as session:
         statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
                                             start=date(2026, 7, 1), end=date(2026, 7, 1))
-    assert {l.day for l in statement.lines} == {"2026-07-01"}
+    assert {item.day for item in statement.lines} == {"2026-07-01"}
     assert statement.totals.requests == 3
 
 

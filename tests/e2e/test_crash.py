@@ -17,7 +17,13 @@ from gateway.db.session import make_engine
 from tests.conftest import _backends, new_database
 from tests.e2e.conftest import make_tenant
 from tests.support.processes import (
-    free_port, gateway_env, kvgate, start_gateway, start_sim, write_config,
+    Proc,
+    free_port,
+    gateway_env,
+    kvgate,
+    start_gateway,
+    start_sim,
+    write_config,
 )
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +59,21 @@ async def load(base_url: str, key: str, seen: list[str], stop_at: float, errors:
     await client.close()
 
 
+async def load_then_kill(gateway: Proc, key: str, seen: list[str], errors: list[str],
+                         machine_crash: bool) -> None:
+    """Load the gateway; once 150 requests completed, SIGKILL it (with its writer or not)."""
+    task = asyncio.ensure_future(
+        load(gateway.url + "/v1", key, seen, time.monotonic() + 20, errors))
+    while len(seen) < 150 and not task.done():
+        await asyncio.sleep(0.02)
+    if machine_crash:
+        os.killpg(gateway.process.pid, signal.SIGKILL)  # the writer dies too
+        gateway.process.wait()
+    else:
+        gateway.stop(signal.SIGKILL)
+    await task
+
+
 @pytest.mark.parametrize("backend", [p.values[0] for p in _backends()],
                          ids=[p.id for p in _backends()])
 def test_sigkill_under_load_loses_no_completed_request(backend: str, tmp_path: Path) -> None:
@@ -81,20 +102,7 @@ def test_sigkill_under_load_loses_no_completed_request(backend: str, tmp_path: P
                 seen: list[str] = []
                 errors: list[str] = []
 
-                async def run() -> None:
-                    stop_at = time.monotonic() + 20
-                    task = asyncio.ensure_future(
-                        load(gateway.url + "/v1", key, seen, stop_at, errors))
-                    while len(seen) < 150 and not task.done():
-                        await asyncio.sleep(0.02)
-                    if machine_crash:
-                        os.killpg(gateway.process.pid, signal.SIGKILL)  # the writer dies too
-                        gateway.process.wait()
-                    else:
-                        gateway.stop(signal.SIGKILL)
-                    await task
-
-                asyncio.run(run())
+                asyncio.run(load_then_kill(gateway, key, seen, errors, machine_crash))
                 assert len(seen) >= 150, (errors[:3], gateway.output()[-2000:])
 
                 assert gateway.process.returncode == -signal.SIGKILL

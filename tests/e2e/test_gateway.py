@@ -351,8 +351,8 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
     today = datetime.now(UTC).date()
     _, _, statement = raw(stack, f"/v1/billing/statement?start={today}&end={today}",
                           headers={"Authorization": f"Bearer {stack.keys['beta']}"})
-    lines = [l for l in json.loads(statement)["line_items"] if l["model"] == UNPRICED]
-    assert [(l["price_id"], l["requests"], l["cost_total"], l["input_rate"]) for l in lines] == [
+    lines = [item for item in json.loads(statement)["line_items"] if item["model"] == UNPRICED]
+    assert [(item["price_id"], item["requests"], item["cost_total"], item["input_rate"]) for item in lines] == [
         (None, 1, "0.000000000", None)]
 
 
