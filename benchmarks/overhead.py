@@ -118,6 +118,8 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test",
                         help="a Postgres server; a fresh database is created in it and dropped")
     parser.add_argument("--requests", type=int, default=3000, help="requests per scenario")
+    parser.add_argument("--journal-sync", choices=("true", "false"), default="true",
+                        help="fdatasync each journal group (the default) or not")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
@@ -130,7 +132,9 @@ def main() -> None:
     sim = gateway = None
     try:
         env = gateway_env(database_url, tmp / "journal", KVGATE_LOG_LEVEL="error",
-                          KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2")
+                          KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2",
+                          KVGATE_KEY_REFRESH_S="5", KVGATE_PRICE_REFRESH_S="30",
+                          KVGATE_JOURNAL_SYNC=args.journal_sync)
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         key, _ = make_tenant(env, "bench")
@@ -171,7 +175,8 @@ def main() -> None:
                 select(func.count()).where(RequestRow.request_id.in_(gateway_ids))) or 0)
         engine.dispose()
 
-        print(f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1)")
+        print(f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
+              f" journal sync {args.journal_sync}")
         print(f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
               f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
               f"{'CPU/req':>8} {'errors':>6}")

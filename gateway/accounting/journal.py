@@ -75,6 +75,8 @@ class Journal:
             assert group is not None
             try:
                 if self.sync:
+                    # In a thread even for one record: a sync can take milliseconds when
+                    # the disk is busy (seen here), and the loop must keep serving.
                     await asyncio.to_thread(self._write, data)
                 else:
                     self._write(data)
