@@ -135,6 +135,9 @@ def create_app(settings: Settings) -> FastAPI:
                     if fleet.deployment.kv_events:
                         metrics.replica_kv_events_fresh.labels(name, replica.url).set(
                             fleet.index.fresh(replica.url))
+                for consumer in fleet.consumers:
+                    metrics.replica_kv_events_applied.labels(
+                        name, consumer.source.replica).set(consumer.next_seq or 0)
 
         state.refresh_gauges = refresh_gauges
         async def check_replicas() -> None:

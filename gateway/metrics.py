@@ -61,6 +61,11 @@ class Metrics:
             "1 while a replica's KV event stream is in sync (exact routing), 0 when stale",
             ["model", "replica"], registry=r,
         )
+        self.replica_kv_events_applied = Gauge(
+            "kvgate_replica_kv_events_applied",
+            "Sequence number after the last KV event batch applied from a replica",
+            ["model", "replica"], registry=r,
+        )
         self.replica_in_flight = Gauge(
             "kvgate_replica_in_flight", "Requests in flight per replica", ["model", "replica"],
             registry=r,

@@ -103,6 +103,7 @@ class Fleet:
                                    hash_seed=deployment.hash_seed)
         self.index = RoutingIndex(ApproximateIndex(deployment.capacity_blocks))
         self.ceiling = ceiling or HitCeiling()
+        self.consumers: list[KvEventConsumer] = []  # made by event_consumers()
         self._sequence = itertools.count()
 
     # -- a request's life --------------------------------------------------------------
@@ -179,12 +180,13 @@ class Fleet:
         """One KV event consumer per replica that publishes, feeding the exact index."""
         if not self.deployment.kv_events:
             return []
-        return [
+        self.consumers = [
             KvEventConsumer(KvEventSource(replica.url, events.endpoint, events.replay_endpoint,
                                           events.topic),
                             self.index.exact, on_fresh=self.index.set_fresh)
             for replica, events in zip(self.replicas, self.deployment.kv_events, strict=True)
         ]
+        return self.consumers
 
     async def read_loads(self, session: aiohttp.ClientSession) -> None:
         """Read every replica's /metrics: its load, and how it names blocks."""

@@ -105,7 +105,9 @@ class ChatTokenizer:
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         """Token ids of ``text``."""
-        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+        # The batch call without character offsets: the same ids, a third less time.
+        batch = self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)
+        return list(batch[0].ids)
 
     def render(self, body: Mapping[str, Any]) -> str:
         """A chat request's prompt text, as vLLM renders it."""

@@ -4,9 +4,13 @@ and their KV event streams."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Sequence
 
+import zmq
+
+from gateway.routing.kv_wire import END_SEQ, read_seq, seq_bytes
 from gateway.routing.load import parse_metrics
 from gateway.routing.vllm_blocks import BlockHashing
 from tests.support.vllm import BLOCK_SIZE, SERVED_NAME
@@ -46,3 +50,51 @@ def replica_tokens(url: str, messages: list[dict[str, str]]) -> list[int]:
 def block_keys(tokens: Sequence[int], salt: str | None = None) -> list[int]:
     """The blocks of ``tokens`` as the replica's KV events name them."""
     return BlockHashing().keys(tokens, BLOCK_SIZE, salt)
+
+
+def published(replay_endpoint: str, timeout_ms: int = 5000) -> int:
+    """How many KV event batches the replica has published (asked of its replay socket)."""
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.connect(replay_endpoint)
+    last = -1
+    try:
+        dealer.send_multipart((b"", seq_bytes(0)))
+        while True:
+            if not dealer.poll(timeout_ms):
+                raise AssertionError(f"no replay answer from {replay_endpoint}")
+            _, _, raw_seq, _ = dealer.recv_multipart()
+            if raw_seq == END_SEQ:
+                return last + 1
+            last = read_seq(raw_seq)
+    finally:
+        dealer.close(linger=0)
+        context.term()
+
+
+def gateway_metric(gateway_url: str, name: str, model: str, replica_url: str) -> float | None:
+    """One per-replica gauge from the gateway's /metrics."""
+    with urllib.request.urlopen(gateway_url + "/metrics", timeout=5) as reply:
+        lines = reply.read().decode().splitlines()
+    wanted = f'{name}{{model="{model}",replica="{replica_url}"}} '
+    for line in lines:
+        if line.startswith(wanted):
+            return float(line[len(wanted):])
+    return None
+
+
+def settle(gateway_url: str, model: str, replicas: Sequence[tuple[str, str]],
+           timeout_s: float = 15.0) -> None:
+    """Wait until the gateway has applied every KV event batch its replicas published.
+
+    ``replicas`` are (url, replay endpoint) pairs. A prediction made before then would
+    race the previous request's events, which is timing, not the router's model.
+    """
+    deadline = time.monotonic() + timeout_s
+    for url, replay in replicas:
+        target = published(replay)
+        while gateway_metric(gateway_url, "kvgate_replica_kv_events_applied", model,
+                             url) != target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the gateway did not apply {url}'s {target} batches")
+            time.sleep(0.02)

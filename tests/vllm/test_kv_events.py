@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -22,7 +21,7 @@ from tests.support.kv_relay import LossyRelay
 from tests.support.processes import free_port
 from tests.support.vllm import BLOCK_SIZE, SERVED_NAME
 from tests.vllm.conftest import ExactStack, Replica
-from tests.vllm.replicas import block_keys, replica_tokens, text
+from tests.vllm.replicas import block_keys, gateway_metric, replica_tokens, settle, text
 
 NAME = "replica"
 
@@ -128,7 +127,9 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
 
     # The gateway's own view followed the restart too: in sync again, predictions exact.
     await until(lambda: _gateway_fresh(stack, replica.url) == 1.0)
+    replicas = [(r.url, r.replay_endpoint) for r in stack.backend.replicas]
     for _ in range(2):
+        await asyncio.to_thread(settle, stack.gateway.url, "tiny", replicas)
         raw = gateway.chat.completions.with_raw_response.create(
             model="tiny", messages=[{"role": "user", "content": through_gateway}],
             max_tokens=2, temperature=0)
@@ -136,17 +137,11 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
         assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
         row = stack.row(raw.headers["x-request-id"])
         assert row.predicted_cached_tokens == reply.usage.prompt_tokens_details.cached_tokens
-        await asyncio.sleep(0.3)
 
 
 def _gateway_fresh(stack: ExactStack, replica_url: str) -> float | None:
-    with urllib.request.urlopen(stack.gateway.url + "/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    wanted = f'kvgate_replica_kv_events_fresh{{model="tiny",replica="{replica_url}"}} '
-    for line in text.splitlines():
-        if line.startswith(wanted):
-            return float(line[len(wanted):])
-    return None
+    return gateway_metric(stack.gateway.url, "kvgate_replica_kv_events_fresh", "tiny",
+                          replica_url)
 
 
 async def _record_freshness(watcher: KvEventConsumer, seen: list[bool]) -> None:

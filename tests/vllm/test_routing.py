@@ -2,20 +2,16 @@
 overlaps, repeats, and enough new prompts to make the replicas evict), the router's
 prediction of the cached tokens equals the count the replica reported.
 
-The router predicts from the replicas' KV events; between requests the test leaves the
-events a moment to arrive, as a real fleet's requests leave them (a prediction made
-before the events of the previous request landed would be a race, not a model error).
+The router predicts from the replicas' KV events; before each request the test waits
+until the gateway has applied every batch the replicas published (a prediction made
+before the previous request's events landed would be a race, not a model error).
 """
 
 from __future__ import annotations
 
-import time
-
 from tests.support.vllm import BLOCK_SIZE
 from tests.vllm.conftest import ExactStack
-from tests.vllm.replicas import text
-
-SETTLE_S = 0.3
+from tests.vllm.replicas import settle, text
 
 
 def test_predictions_equal_the_replicas_counts_through_sharing_and_eviction(
@@ -24,22 +20,28 @@ def test_predictions_equal_the_replicas_counts_through_sharing_and_eviction(
     client = stack.client()
     shared = text(201, 260)  # about 8 blocks, shared by several requests
     first, second = "First question: " + text(1, 40), "Second question: " + text(2, 40)
-    script: list[tuple[str, str, str]] = [
-        ("first sight", shared, first),
-        ("shared system prompt", shared, second),
-        ("repeat", shared, first),
-        ("partial overlap", shared[: len(shared) // 2], "Half of it."),
+    # (label, deployment, system prompt, question): "tiny" has both replicas; "tiny-solo"
+    # only the first, so that the fillers certainly go where the shared prompt is.
+    script: list[tuple[str, str, str, str]] = [
+        ("first sight", "tiny", shared, first),
+        ("shared system prompt", "tiny", shared, second),
+        ("repeat", "tiny", shared, first),
+        ("partial overlap", "tiny", shared[: len(shared) // 2], "Half of it."),
+        ("on the first replica", "tiny-solo", shared, first),
     ]
-    # Twelve new long prompts (about 12 blocks each) through 2 x 48 blocks: evictions.
-    script += [(f"filler {n}", text(300 + n, 380), "Go on.") for n in range(12)]
-    script += [("after eviction", shared, first), ("after eviction, again", shared, first)]
+    # Twelve new long prompts (about 12 blocks each) through its 48 blocks: evictions.
+    script += [(f"filler {n}", "tiny-solo", text(300 + n, 380), "Go on.") for n in range(12)]
+    script += [("after eviction", "tiny-solo", shared, first),
+               ("after eviction, again", "tiny-solo", shared, first)]
 
+    replicas = {"tiny": [(r.url, r.replay_endpoint) for r in stack.backend.replicas]}
+    replicas["tiny-solo"] = replicas["tiny"][:1]
     outcomes: list[tuple[str, int, int, int]] = []
-    for label, system, question in script:
-        time.sleep(SETTLE_S)
+    for label, model, system, question in script:
+        settle(stack.gateway.url, model, replicas[model])
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         raw = client.chat.completions.with_raw_response.create(
-            model="tiny", messages=messages, max_tokens=2, temperature=0)  # type: ignore[arg-type]
+            model=model, messages=messages, max_tokens=2, temperature=0)  # type: ignore[arg-type]
         reply = raw.parse()
         assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
         row = stack.row(raw.headers["x-request-id"])
