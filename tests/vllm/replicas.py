@@ -7,6 +7,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
 import zmq
 
@@ -38,9 +39,15 @@ def prefix_cache_hits(urls: Sequence[str]) -> int:
     return total
 
 
-def replica_tokens(url: str, messages: list[dict[str, str]]) -> list[int]:
-    """The prompt tokens the replica itself computes for a chat (its /tokenize)."""
-    body = json.dumps({"model": SERVED_NAME, "messages": messages}).encode()
+def replica_tokens(url: str, messages: list[dict[str, Any]] | None = None, *,
+                   prompt: str | None = None) -> list[int]:
+    """The prompt tokens the replica itself computes for a chat or a prompt (/tokenize)."""
+    request_body: dict[str, Any] = {"model": SERVED_NAME}
+    if messages is not None:
+        request_body["messages"] = messages
+    else:
+        request_body["prompt"] = prompt
+    body = json.dumps(request_body).encode()
     request = urllib.request.Request(url + "/tokenize", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as reply:
@@ -52,24 +59,30 @@ def block_keys(tokens: Sequence[int], salt: str | None = None) -> list[int]:
     return BlockHashing().keys(tokens, BLOCK_SIZE, salt)
 
 
-def published(replay_endpoint: str, timeout_ms: int = 5000) -> int:
-    """How many KV event batches the replica has published (asked of its replay socket)."""
+def replay_all(replay_endpoint: str, timeout_ms: int = 5000) -> list[tuple[int, bytes]]:
+    """Every KV event batch the replica still buffers, asked of its replay socket."""
     context = zmq.Context()
     dealer = context.socket(zmq.DEALER)
     dealer.connect(replay_endpoint)
-    last = -1
+    batches: list[tuple[int, bytes]] = []
     try:
         dealer.send_multipart((b"", seq_bytes(0)))
         while True:
             if not dealer.poll(timeout_ms):
                 raise AssertionError(f"no replay answer from {replay_endpoint}")
-            _, _, raw_seq, _ = dealer.recv_multipart()
+            _, _, raw_seq, payload = dealer.recv_multipart()
             if raw_seq == END_SEQ:
-                return last + 1
-            last = read_seq(raw_seq)
+                return batches
+            batches.append((read_seq(raw_seq), payload))
     finally:
         dealer.close(linger=0)
         context.term()
+
+
+def published(replay_endpoint: str) -> int:
+    """How many KV event batches the replica has published."""
+    batches = replay_all(replay_endpoint)
+    return batches[-1][0] + 1 if batches else 0
 
 
 def gateway_metric(gateway_url: str, name: str, model: str, replica_url: str) -> float | None:
