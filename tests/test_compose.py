@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -33,8 +34,12 @@ def parse(args: list[str]) -> Any:
     return parsed
 
 
-def config(name: str) -> DeploymentsFile:
-    return DeploymentsFile.model_validate(yaml.safe_load(COMPOSE["configs"][name]["content"]))
+def config(name: str, models_dir: Path | None = None) -> DeploymentsFile:
+    """A compose config, validated; /models (a volume in compose) may stand at ``models_dir``."""
+    content = COMPOSE["configs"][name]["content"]
+    if models_dir is not None:
+        content = content.replace("/models/", f"{models_dir}/")
+    return DeploymentsFile.model_validate(yaml.safe_load(content))
 
 
 def published(service: str) -> set[int]:
@@ -72,15 +77,27 @@ def test_sim_config_points_at_the_sim_services_ports() -> None:
         assert ctx.params["model"] == model.served_name
 
 
-def test_gpu_config_points_at_vllm_with_prefix_caching_and_token_details() -> None:
-    (model,) = config("kvgate-gpu").models
+def test_gpu_config_points_at_vllm_with_prefix_caching_and_token_details(tmp_path: Path) -> None:
+    model_dir = tmp_path / "llama-3.1-8b-instruct"
+    model_dir.mkdir()
+    (model_dir / "tokenizer.json").write_text("{}")
+    (model,) = config("kvgate-gpu", models_dir=tmp_path).models
     for url in model.replica_urls:
         host, port = urlparse(url).hostname, urlparse(url).port
         args = SERVICES[host]["command"]
         assert f"--port={port}" in args
         assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
         assert f"--served-model-name={model.served_name}" in args
-        assert any(a.startswith("--kv-events-config=") for a in args)
+        (events_arg,) = [a for a in args if a.startswith("--kv-events-config=")]
+        events = json.loads(events_arg.split("=", 1)[1])
+        assert events["enable_kv_cache_events"] is True
+        (wired,) = [k for k in model.kv_events if urlparse(k.endpoint).hostname == host]
+        assert urlparse(wired.endpoint).port == urlparse(events["endpoint"]).port
+        assert urlparse(wired.replay_endpoint).port == urlparse(events["replay_endpoint"]).port
+        assert wired.topic == events["topic"]
+        served_dir = next(a.split("=", 1)[1] for a in args if a.startswith("--model="))
+        assert model.tokenizer == served_dir.replace("/models/", f"{tmp_path}/")
+        assert any(v.endswith(":/models:ro") for v in SERVICES["gateway"]["volumes"])
 
 
 def test_gateway_reads_the_fleet_file_compose_mounts_and_the_postgres_it_starts() -> None:
