@@ -52,8 +52,16 @@ END = datetime(2026, 11, 1, tzinfo=UTC)
 DAYS = 30
 TENANTS = 12
 PRICES = [
-    price_from_mapping({"model": model, "effective_from": since, "input": i, "cache_read": r,
-                        "output": o, "source": "benchmark"})
+    price_from_mapping(
+        {
+            "model": model,
+            "effective_from": since,
+            "input": i,
+            "cache_read": r,
+            "output": o,
+            "source": "benchmark",
+        }
+    )
     for model, since, i, r, o in [
         ("kvgate/llama-8b", "2026-01-01", "0.20", "0.02", "0.60"),
         ("kvgate/llama-8b", "2026-10-15", "0.15", "0.015", "0.45"),
@@ -73,26 +81,46 @@ MODEL_WEIGHTS = [0.55, 0.25, 0.19, 0.01]
 ROUTING_FROM = END - timedelta(days=10)
 
 
-def attempt(rng: random.Random, n: int, tenant: str, interaction: str, number: int,
-            model: str, started: datetime, status: Status, system: int) -> Record:
+def attempt(
+    rng: random.Random,
+    n: int,
+    tenant: str,
+    interaction: str,
+    number: int,
+    model: str,
+    started: datetime,
+    status: Status,
+    system: int,
+) -> Record:
     prompt = system + rng.randint(50, 3000)
     cached = 0 if rng.random() < 0.2 else min(system, prompt - 1) // 16 * 16
-    usage = Usage(prompt - cached, cached, 0, 0 if status is Status.FAILED
-                  else rng.randint(20, 800))
+    usage = Usage(
+        prompt - cached, cached, 0, 0 if status is Status.FAILED else rng.randint(20, 800)
+    )
     ttft = rng.lognormvariate(-1.0 if cached else 0.0, 0.5)
     routed = model.startswith("kvgate/llama") and started >= ROUTING_FROM
     price = BOOK.price_for(model, at=started)
     return Record(
-        request_id=f"req_{n:08d}", tenant_id=tenant, api_key_id=f"key_{tenant}",
-        interaction_id=interaction, attempt=number, model=model, deployment=model,
-        upstream=rng.choice(POOLS[model]), policy="kv-aware" if routed else "round-robin",
-        started_at=started, ended_at=started + timedelta(seconds=ttft + 2),
+        request_id=f"req_{n:08d}",
+        tenant_id=tenant,
+        api_key_id=f"key_{tenant}",
+        interaction_id=interaction,
+        attempt=number,
+        model=model,
+        deployment=model,
+        upstream=rng.choice(POOLS[model]),
+        policy="kv-aware" if routed else "round-robin",
+        started_at=started,
+        ended_at=started + timedelta(seconds=ttft + 2),
         first_token_at=None if status is Status.FAILED else started + timedelta(seconds=ttft),
-        status=status, usage=usage, price_id=price.id if price else None,
+        status=status,
+        usage=usage,
+        price_id=price.id if price else None,
         cost=compute(usage, price) if price else Cost(),
         predicted_cached_tokens=cached + rng.choice((0, 0, 16, -16)) if routed else None,
         ceiling_cached_tokens=min(prompt - 1, cached + rng.choice((0, 0, 16, 64)))
-        if routed else None,
+        if routed
+        else None,
         error="upstream 503" if status is Status.FAILED else None,
     )
 
@@ -113,13 +141,23 @@ def workload(total: int, seed: int = 7) -> Iterator[Record]:
         for _ in range(calls):
             roll, number = rng.random(), 1
             if roll < 0.07:  # failed attempts, retried (6 %) or not (1 %)
-                yield attempt(rng, n, tenant, interaction, number, model, started,
-                              Status.FAILED, systems[tenant])
+                yield attempt(
+                    rng,
+                    n,
+                    tenant,
+                    interaction,
+                    number,
+                    model,
+                    started,
+                    Status.FAILED,
+                    systems[tenant],
+                )
                 n, number = n + 1, 2
                 started += timedelta(seconds=rng.uniform(0.5, 3))
             status = Status.FAILED if roll < 0.01 else Status.COMPLETED
-            yield attempt(rng, n, tenant, interaction, number, model, started, status,
-                          systems[tenant])
+            yield attempt(
+                rng, n, tenant, interaction, number, model, started, status, systems[tenant]
+            )
             n += 1
             started += timedelta(seconds=rng.uniform(5, 240))
             if n >= total:
@@ -140,9 +178,10 @@ def load(url: str, total: int, batch: int) -> None:
         crud.add_prices(session, prices=PRICES)
     with engine.begin() as connection:
         for t in range(TENANTS):
-            connection.execute(text(
-                "INSERT INTO tenants (id, name, created_at) VALUES (:id, :name, now())"),
-                {"id": f"ten_bench_{t:02d}", "name": f"bench-{t:02d}"})
+            connection.execute(
+                text("INSERT INTO tenants (id, name, created_at) VALUES (:id, :name, now())"),
+                {"id": f"ten_bench_{t:02d}", "name": f"bench-{t:02d}"},
+            )
     started, pending, done = time.perf_counter(), [], 0
     for record in workload(total):
         pending.append(record)
@@ -155,8 +194,10 @@ def load(url: str, total: int, batch: int) -> None:
                 print(f"  {done:>9,} records  {rate:,.0f}/s", flush=True)
     insert_records(engine, pending)
     elapsed = time.perf_counter() - started
-    print(f"loaded {total:,} records in {elapsed:,.0f} s ({total / elapsed:,.0f}/s, "
-          f"batches of {batch}, rollups included)")
+    print(
+        f"loaded {total:,} records in {elapsed:,.0f} s ({total / elapsed:,.0f}/s, "
+        f"batches of {batch}, rollups included)"
+    )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         connection.execute(text("VACUUM ANALYZE"))
     engine.dispose()
@@ -177,13 +218,24 @@ def measure(url: str, repeats: int) -> None:
     engine = make_engine(url)
     sessions = session_factory(engine)
     with engine.connect() as connection:
-        sizes = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar()
-                 for table in ("requests", "usage_hours", "replica_hours", "ttft_hours",
-                               "interaction_cells")}
+        sizes = {
+            table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar()
+            for table in (
+                "requests",
+                "usage_hours",
+                "replica_hours",
+                "ttft_hours",
+                "interaction_cells",
+            )
+        }
         spanning = connection.execute(
-            text("SELECT count(*) FROM interaction_cells WHERE spans")).scalar()
-    print("rows: " + ", ".join(f"{t} {n:,}" for t, n in sizes.items())
-          + f" (spanning cells {spanning:,})")
+            text("SELECT count(*) FROM interaction_cells WHERE spans")
+        ).scalar()
+    print(
+        "rows: "
+        + ", ".join(f"{t} {n:,}" for t, n in sizes.items())
+        + f" (spanning cells {spanning:,})"
+    )
     last = (END - timedelta(hours=1)).date()
     utc, tenant = ZoneInfo("UTC"), "ten_bench_03"
     views = {
@@ -197,21 +249,26 @@ def measure(url: str, repeats: int) -> None:
         "Tenants (table)": data.tenants,
         "Tenants (one tenant's figures)": lambda s, v: data.overview(s, v.for_tenant(tenant)),
         "  statement download (on click)": lambda s, v: data.statement(
-            sessions, tenant_id=tenant, start=v.start, end=v.end, fmt="csv"),
+            sessions, tenant_id=tenant, start=v.start, end=v.end, fmt="csv"
+        ),
         "Models and prices": data.models,
         "Routing": data.routing,
         "Requests (latest 100, filtered)": lambda s, v: data.requests(
-            s, v, tenant_id=tenant, model="kvgate/llama-70b", status="failed"),
+            s, v, tenant_id=tenant, model="kvgate/llama-70b", status="failed"
+        ),
     }
     print(f"\n{'page':<36}{'period':<24}{'median':>10}{'worst':>10}")
     for page, loader in pages.items():
         for label, view in views.items():
+
             def run(loader: Callable[[Any, View], Any] = loader, view: View = view) -> Any:
                 with sessions() as session:
                     return loader(session, view)
+
             median, worst = timed(run, repeats)
-            print(f"{page:<36}{label:<24}{median * 1000:>8.0f} ms{worst * 1000:>7.0f} ms",
-                  flush=True)
+            print(
+                f"{page:<36}{label:<24}{median * 1000:>8.0f} ms{worst * 1000:>7.0f} ms", flush=True
+            )
     engine.dispose()
 
 

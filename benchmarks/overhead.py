@@ -29,17 +29,27 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.db.models import RequestRow  # noqa: E402
-from gateway.db.session import normalise_url  # noqa: E402
-from tests.e2e.conftest import make_tenant  # noqa: E402
-from tests.support.processes import (  # noqa: E402
-    free_port, gateway_env, kvgate, start_gateway, start_sim, write_config,
+from gateway.db.models import RequestRow
+from gateway.db.session import normalise_url
+from tests.e2e.conftest import make_tenant
+from tests.support.processes import (
+    free_port,
+    gateway_env,
+    kvgate,
+    start_gateway,
+    start_sim,
+    write_config,
 )
 
 MODEL = "kvgate/demo-llama-8b"
-BODY = {"model": MODEL, "max_tokens": 16, "messages": [
-    {"role": "system", "content": "You are a terse assistant for the overhead benchmark. " * 6},
-    {"role": "user", "content": "Say something short."}]}
+BODY = {
+    "model": MODEL,
+    "max_tokens": 16,
+    "messages": [
+        {"role": "system", "content": "You are a terse assistant for the overhead benchmark. " * 6},
+        {"role": "user", "content": "Say something short."},
+    ],
+}
 
 
 @dataclass
@@ -63,8 +73,9 @@ class Result:
         return len(self.latencies) / self.seconds
 
 
-async def run(url: str, key: str, *, stream: bool, concurrency: int, requests: int,
-              request_ids: list[str]) -> Result:
+async def run(
+    url: str, key: str, *, stream: bool, concurrency: int, requests: int, request_ids: list[str]
+) -> Result:
     body = dict(BODY, stream=stream)
     if stream:
         body["stream_options"] = {"include_usage": True}
@@ -115,11 +126,18 @@ def pin(process_id: int, core: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test",
-                        help="a Postgres server; a fresh database is created in it and dropped")
+    parser.add_argument(
+        "--database-url",
+        default="postgresql://postgres@127.0.0.1:5432/test",
+        help="a Postgres server; a fresh database is created in it and dropped",
+    )
     parser.add_argument("--requests", type=int, default=3000, help="requests per scenario")
-    parser.add_argument("--journal-sync", choices=("true", "false"), default="true",
-                        help="fdatasync each journal group (the default) or not")
+    parser.add_argument(
+        "--journal-sync",
+        choices=("true", "false"),
+        default="true",
+        help="fdatasync each journal group (the default) or not",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
@@ -127,21 +145,41 @@ def main() -> None:
     admin = create_engine(normalise_url(args.database_url), isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
-    database_url = make_url(normalise_url(args.database_url)).set(database=name).render_as_string(
-        hide_password=False)
+    database_url = (
+        make_url(normalise_url(args.database_url))
+        .set(database=name)
+        .render_as_string(hide_password=False)
+    )
     sim = gateway = None
     try:
-        env = gateway_env(database_url, tmp / "journal", KVGATE_LOG_LEVEL="error",
-                          KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2",
-                          KVGATE_KEY_REFRESH_S="5", KVGATE_PRICE_REFRESH_S="30",
-                          KVGATE_JOURNAL_SYNC=args.journal_sync)
+        env = gateway_env(
+            database_url,
+            tmp / "journal",
+            KVGATE_LOG_LEVEL="error",
+            KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2",
+            KVGATE_KEY_REFRESH_S="5",
+            KVGATE_PRICE_REFRESH_S="30",
+            KVGATE_JOURNAL_SYNC=args.journal_sync,
+        )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         key, _ = make_tenant(env, "bench")
-        sim = start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0",
-                                    "--max-num-seqs", "100000", "--capacity-blocks", "100000"))
-        config = write_config(tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url],
-                                                     "policy": "kv-aware"}])
+        sim = start_sim(
+            tmp,
+            extra=(
+                "--prefill-tokens-per-s",
+                "0",
+                "--decode-tokens-per-s",
+                "0",
+                "--max-num-seqs",
+                "100000",
+                "--capacity-blocks",
+                "100000",
+            ),
+        )
+        config = write_config(
+            tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url], "policy": "kv-aware"}]
+        )
         gateway = start_gateway(tmp, config, env, port=free_port())
         pin(gateway.process.pid, 0)
         pin(sim.process.pid, 1)
@@ -151,16 +189,32 @@ def main() -> None:
         for stream in (False, True):
             for concurrency in (1, 32):
                 n = args.requests if concurrency == 1 else args.requests * 2
-                direct = asyncio.run(run(sim.url + "/v1/chat/completions", key, stream=stream,
-                                         concurrency=concurrency, requests=n, request_ids=[]))
+                direct = asyncio.run(
+                    run(
+                        sim.url + "/v1/chat/completions",
+                        key,
+                        stream=stream,
+                        concurrency=concurrency,
+                        requests=n,
+                        request_ids=[],
+                    )
+                )
                 own_before = own_cpu(gateway.process.pid)
-                through = asyncio.run(run(gateway.url + "/v1/chat/completions", key, stream=stream,
-                                          concurrency=concurrency, requests=n,
-                                          request_ids=gateway_ids))
+                through = asyncio.run(
+                    run(
+                        gateway.url + "/v1/chat/completions",
+                        key,
+                        stream=stream,
+                        concurrency=concurrency,
+                        requests=n,
+                        request_ids=gateway_ids,
+                    )
+                )
                 # The gateway process alone (its writer child is reported apart).
                 cpu_ms = (own_cpu(gateway.process.pid) - own_before) * 1000 / len(through.latencies)
-                results.append(("stream" if stream else "json", concurrency, stream, direct, through,
-                                cpu_ms))
+                results.append(
+                    ("stream" if stream else "json", concurrency, stream, direct, through, cpu_ms)
+                )
         engine = create_engine(normalise_url(database_url))
         deadline = time.monotonic() + 60
         recorded = 0
@@ -171,22 +225,34 @@ def main() -> None:
                 break
             time.sleep(0.5)
         with engine.connect() as connection:
-            missing = len(set(gateway_ids)) - (connection.scalar(
-                select(func.count()).where(RequestRow.request_id.in_(gateway_ids))) or 0)
+            missing = len(set(gateway_ids)) - (
+                connection.scalar(
+                    select(func.count()).where(RequestRow.request_id.in_(gateway_ids))
+                )
+                or 0
+            )
         engine.dispose()
 
-        print(f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
-              f" journal sync {args.journal_sync}")
-        print(f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
-              f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
-              f"{'CPU/req':>8} {'errors':>6}")
+        print(
+            f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
+            f" journal sync {args.journal_sync}"
+        )
+        print(
+            f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
+            f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
+            f"{'CPU/req':>8} {'errors':>6}"
+        )
         for mode, concurrency, _stream, direct, through, cpu_ms in results:
-            print(f"{mode:<7}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
-                  f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
-                  f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
-                  f"{cpu_ms:>6.2f}ms {direct.errors + through.errors:>6}")
-        print(f"\nrequests through kvgate: {len(gateway_ids)}, records in Postgres: {recorded}, "
-              f"completed requests without a record: {missing}")
+            print(
+                f"{mode:<7}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
+                f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
+                f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
+                f"{cpu_ms:>6.2f}ms {direct.errors + through.errors:>6}"
+            )
+        print(
+            f"\nrequests through kvgate: {len(gateway_ids)}, records in Postgres: {recorded}, "
+            f"completed requests without a record: {missing}"
+        )
     finally:
         if gateway:
             gateway.stop()

@@ -41,8 +41,10 @@ from tests.support.processes import (
     write_config,
 )
 
-MESSAGES = [{"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "What is the capital of France?"}]
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
 SIM_MODEL = "kvgate/demo-llama-8b"
 
 
@@ -58,15 +60,19 @@ class Route:
 def start_emulator(tmp: Path) -> Proc:
     port = free_port()
     log = tmp / "emulator.log"
-    process = subprocess.Popen([sys.executable, "-m", "tests.providers.emulator", "--port",
-                                str(port)], stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.providers.emulator", "--port", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process=process)
     return Proc(process, url, log)
 
 
-async def timed(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
-                headers: dict[str, str]) -> float:
+async def timed(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> float:
     start = time.perf_counter()
     async with session.post(url, json=body, headers=headers) as reply:
         await reply.read()
@@ -80,15 +86,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(paths: list[Route], gateway: str, key: str, requests: int,
-                  stream: bool) -> list[tuple[str, list[float], list[float]]]:
+async def measure(
+    paths: list[Route], gateway: str, key: str, requests: int, stream: bool
+) -> list[tuple[str, list[float], list[float]]]:
     results = []
     auth = {"authorization": f"Bearer {key}"}
     async with aiohttp.ClientSession() as session:
         for path in paths:
             extra = {"stream": True} if stream else {}
-            through = {"model": path.gateway_model, "messages": MESSAGES, "max_tokens": 64,
-                       **extra}
+            through = {"model": path.gateway_model, "messages": MESSAGES, "max_tokens": 64, **extra}
             direct_body = {**path.direct_body, **extra}
             if stream and "/v1/chat/completions" in path.direct_url:
                 direct_body["stream_options"] = {"include_usage": True}
@@ -97,23 +103,27 @@ async def measure(paths: list[Route], gateway: str, key: str, requests: int,
                 await timed(session, path.direct_url, direct_body, path.direct_headers)
                 await timed(session, gateway + "/v1/chat/completions", through, auth)
             for _ in range(requests):  # interleaved, so drift hits both alike
-                direct.append(await timed(session, path.direct_url, direct_body,
-                                          path.direct_headers))
-                gated.append(await timed(session, gateway + "/v1/chat/completions", through,
-                                         auth))
+                direct.append(
+                    await timed(session, path.direct_url, direct_body, path.direct_headers)
+                )
+                gated.append(await timed(session, gateway + "/v1/chat/completions", through, auth))
             results.append((path.name, direct, gated))
     return results
 
 
 def report(title: str, results: list[tuple[str, list[float], list[float]]]) -> None:
     print(f"\n{title}")
-    print(f"{'path':<20}{'direct p50':>12}{'p99':>9}{'gateway p50':>13}{'p99':>9}"
-          f"{'added p50':>11}{'p99':>9}  (ms)")
+    print(
+        f"{'path':<20}{'direct p50':>12}{'p99':>9}{'gateway p50':>13}{'p99':>9}"
+        f"{'added p50':>11}{'p99':>9}  (ms)"
+    )
     for name, direct, gated in results:
         d50, d99 = statistics.median(direct) * 1e3, percentile(direct, 0.99) * 1e3
         g50, g99 = statistics.median(gated) * 1e3, percentile(gated, 0.99) * 1e3
-        print(f"{name:<20}{d50:>12.2f}{d99:>9.2f}{g50:>13.2f}{g99:>9.2f}"
-              f"{g50 - d50:>11.2f}{g99 - d99:>9.2f}")
+        print(
+            f"{name:<20}{d50:>12.2f}{d99:>9.2f}{g50:>13.2f}{g99:>9.2f}"
+            f"{g50 - d50:>11.2f}{g99 - d99:>9.2f}"
+        )
 
 
 def main() -> None:
@@ -122,43 +132,93 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        env = gateway_env(f"sqlite:///{tmp / 'kvgate.db'}", tmp / "journal",
-                          BENCH_ANTHROPIC_KEY="sk-ant-bench")
+        env = gateway_env(
+            f"sqlite:///{tmp / 'kvgate.db'}", tmp / "journal", BENCH_ANTHROPIC_KEY="sk-ant-bench"
+        )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         kvgate("tenants", "create", "bench", env=env)
         key = kvgate("keys", "create", "--tenant", "bench", env=env).stdout.strip().splitlines()[-1]
         for model in ("openai-cached", "anthropic-cache-read"):
-            kvgate("prices", "add", "--model", model, "--effective-from", "2025-01-01",
-                   "--input", "3", "--cache-read", "0.3", "--cache-write", "3.75",
-                   "--output", "15", env=env)
+            kvgate(
+                "prices",
+                "add",
+                "--model",
+                model,
+                "--effective-from",
+                "2025-01-01",
+                "--input",
+                "3",
+                "--cache-read",
+                "0.3",
+                "--cache-write",
+                "3.75",
+                "--output",
+                "15",
+                env=env,
+            )
         sim = start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
         emulator = start_emulator(tmp)
-        config = write_config(tmp / "kvgate.yaml", [
-            {"name": SIM_MODEL, "replicas": [sim.url]},
-            {"name": "gpt", "backend": "litellm", "litellm_model": "openai/openai-cached",
-             "api_base": emulator.url + "/v1", "price_model": "openai-cached"},
-            {"name": "claude", "backend": "litellm",
-             "litellm_model": "anthropic/anthropic-cache-read", "api_base": emulator.url,
-             "api_key_env": "BENCH_ANTHROPIC_KEY", "price_model": "anthropic-cache-read"},
-        ])
+        config = write_config(
+            tmp / "kvgate.yaml",
+            [
+                {"name": SIM_MODEL, "replicas": [sim.url]},
+                {
+                    "name": "gpt",
+                    "backend": "litellm",
+                    "litellm_model": "openai/openai-cached",
+                    "api_base": emulator.url + "/v1",
+                    "price_model": "openai-cached",
+                },
+                {
+                    "name": "claude",
+                    "backend": "litellm",
+                    "litellm_model": "anthropic/anthropic-cache-read",
+                    "api_base": emulator.url,
+                    "api_key_env": "BENCH_ANTHROPIC_KEY",
+                    "price_model": "anthropic-cache-read",
+                },
+            ],
+        )
         gateway = start_gateway(tmp, config, env)
         chat = {"messages": MESSAGES, "max_tokens": 64}
         paths = [
-            Route("vllm", sim.url + "/v1/chat/completions", {"model": SIM_MODEL, **chat}, {},
-                  SIM_MODEL),
-            Route("litellm openai", emulator.url + "/v1/chat/completions",
-                  {"model": "openai-cached", **chat}, {"authorization": "Bearer x"}, "gpt"),
-            Route("litellm anthropic", emulator.url + "/v1/messages",
-                  {"model": "anthropic-cache-read", "max_tokens": 64,
-                   "system": "You are terse.", "messages": MESSAGES[1:]},
-                  {"x-api-key": "x", "anthropic-version": "2023-06-01"}, "claude"),
+            Route(
+                "vllm",
+                sim.url + "/v1/chat/completions",
+                {"model": SIM_MODEL, **chat},
+                {},
+                SIM_MODEL,
+            ),
+            Route(
+                "litellm openai",
+                emulator.url + "/v1/chat/completions",
+                {"model": "openai-cached", **chat},
+                {"authorization": "Bearer x"},
+                "gpt",
+            ),
+            Route(
+                "litellm anthropic",
+                emulator.url + "/v1/messages",
+                {
+                    "model": "anthropic-cache-read",
+                    "max_tokens": 64,
+                    "system": "You are terse.",
+                    "messages": MESSAGES[1:],
+                },
+                {"x-api-key": "x", "anthropic-version": "2023-06-01"},
+                "claude",
+            ),
         ]
         try:
-            report(f"non-streaming, {args.requests} requests each, concurrency 1",
-                   asyncio.run(measure(paths, gateway.url, key, args.requests, stream=False)))
-            report(f"streaming (to the last byte), {args.requests} requests each, concurrency 1",
-                   asyncio.run(measure(paths, gateway.url, key, args.requests, stream=True)))
+            report(
+                f"non-streaming, {args.requests} requests each, concurrency 1",
+                asyncio.run(measure(paths, gateway.url, key, args.requests, stream=False)),
+            )
+            report(
+                f"streaming (to the last byte), {args.requests} requests each, concurrency 1",
+                asyncio.run(measure(paths, gateway.url, key, args.requests, stream=True)),
+            )
         finally:
             gateway.stop()
             emulator.stop()

@@ -23,10 +23,15 @@ PAGES = Path(__file__).parent / "screens"
 def period(zone: ZoneInfo, traffic: tuple[datetime, datetime] | None) -> tuple[date, date]:
     """The days chosen; at first the week up to today, or up to the last traffic if older."""
     today = datetime.now(zone).date()
-    last = today if traffic is None else min(today, (traffic[1] - timedelta(seconds=1))
-                                             .astimezone(zone).date())
+    last = (
+        today
+        if traffic is None
+        else min(today, (traffic[1] - timedelta(seconds=1)).astimezone(zone).date())
+    )
     chosen = st.sidebar.date_input(
-        "Period (days in your zone)", value=(last - timedelta(days=6), last), key="period",
+        "Period (days in your zone)",
+        value=(last - timedelta(days=6), last),
+        key="period",
         format="YYYY-MM-DD",
     )
     days = [d for d in (chosen if isinstance(chosen, tuple | list) else (chosen,)) if d]
@@ -49,26 +54,34 @@ def main() -> None:
         traffic = lookups.traffic_span(session)
     st.sidebar.title("kvgate")
     zones = sorted(available_timezones() | {"UTC"})
-    zone = ZoneInfo(st.sidebar.selectbox("Time zone", zones, index=zones.index("UTC"),
-                                         key="zone"))
+    zone = ZoneInfo(st.sidebar.selectbox("Time zone", zones, index=zones.index("UTC"), key="zone"))
     start, end = period(zone, traffic)
-    tenant_ids = st.sidebar.multiselect("Tenants", list(names), format_func=names.__getitem__,
-                                        placeholder="all tenants", key="tenants")
-    chosen_models = st.sidebar.multiselect("Models", models, placeholder="all models",
-                                           key="models")
+    tenant_ids = st.sidebar.multiselect(
+        "Tenants",
+        list(names),
+        format_func=names.__getitem__,
+        placeholder="all tenants",
+        key="tenants",
+    )
+    chosen_models = st.sidebar.multiselect("Models", models, placeholder="all models", key="models")
     view = View(zone, start, end, tuple(tenant_ids), tuple(chosen_models))
     if view.snapped:
-        st.sidebar.caption(f"{zone.key} is not a whole number of hours from UTC; days here "
-                           "start on the UTC hour before local midnight.")
+        st.sidebar.caption(
+            f"{zone.key} is not a whole number of hours from UTC; days here "
+            "start on the UTC hour before local midnight."
+        )
     context.publish(context.Context(sessions, view, traffic))
-    navigation = st.navigation([
-        st.Page(PAGES / "overview.py", title="Overview", icon=":material/dashboard:",
-                default=True),
-        st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),
-        st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
-        st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
-        st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
-    ])
+    navigation = st.navigation(
+        [
+            st.Page(
+                PAGES / "overview.py", title="Overview", icon=":material/dashboard:", default=True
+            ),
+            st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),
+            st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
+            st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
+            st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
+        ]
+    )
     navigation.run()
 
 

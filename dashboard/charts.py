@@ -29,12 +29,22 @@ def _data(points: Sequence[Point]) -> dict[str, Any]:
 
 
 def _time_axis(hourly: bool) -> alt.X:
-    return alt.X("at:T", title=None, scale=alt.Scale(type="utc"),
-                 axis=alt.Axis(format="%b %d %H:%M" if hourly else "%b %d", labelOverlap=True))
+    return alt.X(
+        "at:T",
+        title=None,
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format="%b %d %H:%M" if hourly else "%b %d", labelOverlap=True),
+    )
 
 
-def trend(points: Sequence[Point], *, title: str, y_title: str, y_format: str = ",.2f",
-          hourly: bool = False) -> alt.Chart:
+def trend(
+    points: Sequence[Point],
+    *,
+    title: str,
+    y_title: str,
+    y_format: str = ",.2f",
+    hourly: bool = False,
+) -> alt.Chart:
     """Lines over time, one per series; gaps stay gaps."""
     chart: alt.Chart = (
         alt.Chart(_data(points), title=title, height=HEIGHT)
@@ -43,16 +53,22 @@ def trend(points: Sequence[Point], *, title: str, y_title: str, y_format: str = 
             x=_time_axis(hourly),
             y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=y_format)),
             color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
-            tooltip=[alt.Tooltip("at:T", title="time", format="%Y-%m-%d %H:%M",
-                                timeUnit="utcyearmonthdatehoursminutes"),
-                     alt.Tooltip("series:N"), alt.Tooltip("value:Q", format=y_format)],
+            tooltip=[
+                alt.Tooltip(
+                    "at:T",
+                    title="time",
+                    format="%Y-%m-%d %H:%M",
+                    timeUnit="utcyearmonthdatehoursminutes",
+                ),
+                alt.Tooltip("series:N"),
+                alt.Tooltip("value:Q", format=y_format),
+            ],
         )
     )
     return chart
 
 
-def bars(points: Sequence[Point], *, title: str, y_title: str, y_format: str = ",.0f"
-         ) -> alt.Chart:
+def bars(points: Sequence[Point], *, title: str, y_title: str, y_format: str = ",.0f") -> alt.Chart:
     """Grouped bars: categories on x (``at``), one bar per series."""
     chart: alt.Chart = (
         alt.Chart(_data(points), title=title, height=HEIGHT)
@@ -74,14 +90,21 @@ def rate_steps(points: Sequence[Point], *, title: str) -> alt.Chart:
         alt.Chart(_data(points), title=title, height=HEIGHT)
         .mark_line(interpolate="step-after", point=True)
         .encode(
-            x=alt.X("at:T", title="effective from", scale=alt.Scale(type="utc"),
-                    axis=alt.Axis(format="%Y-%m-%d")),
+            x=alt.X(
+                "at:T",
+                title="effective from",
+                scale=alt.Scale(type="utc"),
+                axis=alt.Axis(format="%Y-%m-%d"),
+            ),
             y=alt.Y("value:Q", title="per 1M tokens", axis=alt.Axis(format=",.3f")),
-            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom",
-                                                                       columns=2)),
-            tooltip=[alt.Tooltip("at:T", format="%Y-%m-%d %H:%M",
-                                timeUnit="utcyearmonthdatehoursminutes"), "series:N",
-                     alt.Tooltip("value:Q", format=",.6f")],
+            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=2)),
+            tooltip=[
+                alt.Tooltip(
+                    "at:T", format="%Y-%m-%d %H:%M", timeUnit="utcyearmonthdatehoursminutes"
+                ),
+                "series:N",
+                alt.Tooltip("value:Q", format=",.6f"),
+            ],
         )
     )
     return chart

@@ -16,7 +16,7 @@ from gateway.db.session import make_engine, session_factory
 KEY = "kvgate.context"
 NO_TRAFFIC = (
     "No traffic yet. Point an OpenAI client at the gateway "
-    "(`OpenAI(base_url=\"http://<gateway>:8000/v1\", api_key=...)`, a key from "
+    '(`OpenAI(base_url="http://<gateway>:8000/v1", api_key=...)`, a key from '
     "`kvgate keys create --tenant NAME`), or run `kvgate demo`; requests appear here "
     "within a second of finishing."
 )
@@ -61,6 +61,8 @@ def has_traffic(context: Context, *, in_view: bool) -> bool:
         st.info(
             "No requests in this period. Traffic runs from "
             f"{formatting.moment(first, zone)} to {formatting.moment(last, zone)} "
-            f"({zone.key}): widen the period in the sidebar.", icon=":material/info:")
+            f"({zone.key}): widen the period in the sidebar.",
+            icon=":material/info:",
+        )
         return False
     return True

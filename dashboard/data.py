@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dashboard.view import View
 from gateway import billing
-from gateway.db import aggregates, crud, lookups, replicas
-from gateway.db.aggregates import Figures, PaidRate, Ttft, Unpriced
+from gateway.db import aggregates, crud, latency, lookups, replicas
+from gateway.db.aggregates import Figures, PaidRate, Unpriced
+from gateway.db.latency import Ttft
 from gateway.db.replicas import Replica, ReplicaFigures
 from pricing.book import Price
 
@@ -28,7 +29,7 @@ class Overview:
 
 def overview(session: Session, view: View) -> Overview:
     scope, edges = view.scope, view.edges()
-    ttft, ttft_trend = aggregates.ttft_trend(session, scope, edges)
+    ttft, ttft_trend = latency.ttft_trend(session, scope, edges)
     return Overview(
         totals=aggregates.totals(session, scope),
         ttft=ttft,
@@ -47,8 +48,9 @@ def tenants(session: Session, view: View) -> Tenants:
     return Tenants(lookups.tenant_names(session), aggregates.by_tenant(session, view.scope))
 
 
-def statement(sessions: sessionmaker[Session], *, tenant_id: str, start: date, end: date,
-              fmt: str) -> bytes:
+def statement(
+    sessions: sessionmaker[Session], *, tenant_id: str, start: date, end: date, fmt: str
+) -> bytes:
     """A tenant's statement for UTC days start..end: the billing API's bytes."""
     with sessions() as session:
         row = lookups.tenant_row(session, tenant_id)
@@ -86,7 +88,21 @@ def routing(session: Session, view: View) -> Routing:
     )
 
 
-def requests(session: Session, view: View, *, tenant_id: str | None, model: str | None,
-             status: str | None, limit: int = 100) -> list[lookups.RequestLine]:
-    return lookups.recent_requests(session, lower=view.lower, upper=view.upper,
-                                   tenant_id=tenant_id, model=model, status=status, limit=limit)
+def requests(
+    session: Session,
+    view: View,
+    *,
+    tenant_id: str | None,
+    model: str | None,
+    status: str | None,
+    limit: int = 100,
+) -> list[lookups.RequestLine]:
+    return lookups.recent_requests(
+        session,
+        lower=view.lower,
+        upper=view.upper,
+        tenant_id=tenant_id,
+        model=model,
+        status=status,
+        limit=limit,
+    )

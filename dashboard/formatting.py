@@ -7,7 +7,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from zoneinfo import ZoneInfo
 
 NANO = Decimal("0.000000001")
-MISSING = "–"  # noqa: RUF001 (an en dash: no value, unlike a zero)
+MISSING = "–"
 
 
 def money(amount: Decimal | None, currency: str = "USD") -> str:

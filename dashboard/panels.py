@@ -17,19 +17,27 @@ from gateway.db.aggregates import Figures
 NO_ROUTING = "no routing data yet"
 
 
-def _series(trend: list[tuple[datetime, Figures]],
-            value: Callable[[Figures], Decimal | int | None]) -> list[float] | None:
+def _series(
+    trend: list[tuple[datetime, Figures]], value: Callable[[Figures], Decimal | int | None]
+) -> list[float] | None:
     """A sparkline: the buckets that have a value (a ratio of nothing has none)."""
     values = [float(v) for _, f in trend if (v := value(f)) is not None]
     return values if len(values) > 1 else None
 
 
-def _points(view: View, trend: list[tuple[datetime, Figures]],
-            series: dict[str, Callable[[Figures], Decimal | int | None]]) -> list[Point]:
+def _points(
+    view: View,
+    trend: list[tuple[datetime, Figures]],
+    series: dict[str, Callable[[Figures], Decimal | int | None]],
+) -> list[Point]:
     return [
-        Point(formatting.wall_clock(start, view.zone), name,
-              None if (v := value(figures)) is None else float(v))
-        for name, value in series.items() for start, figures in trend
+        Point(
+            formatting.wall_clock(start, view.zone),
+            name,
+            None if (v := value(figures)) is None else float(v),
+        )
+        for name, value in series.items()
+        for start, figures in trend
     ]
 
 
@@ -37,51 +45,89 @@ def metrics(data: Overview) -> None:
     """The headline figures, each with a sparkline of its trend."""
     totals, trend, cur = data.totals, data.trend, data.totals.currency
     row = st.columns(4)
-    row[0].metric("Spend", formatting.money(totals.cost_total, cur),
-                  chart_data=_series(trend, lambda f: f.cost_total), border=True,
-                  help="All cost in the period, failed and retried attempts included.")
-    row[1].metric("Completed interactions", formatting.count(totals.completed_interactions),
-                  chart_data=_series(trend, lambda f: f.completed_interactions), border=True,
-                  chart_type="bar",
-                  help="Interactions (requests sharing an interaction id) with a completed "
-                       "attempt in the period.")
-    row[2].metric("Cost per completed interaction",
-                  formatting.money(totals.cost_per_completed_interaction, cur),
-                  chart_data=_series(trend, lambda f: f.cost_per_completed_interaction),
-                  border=True, help="All cost / completed interactions.")
-    row[3].metric("Failed or retried attempts", formatting.percent(totals.failed_cost_share),
-                  chart_data=_series(trend, lambda f: f.failed_cost_share), border=True,
-                  help=f"Share of spend on attempts that did not complete: "
-                       f"{formatting.money(totals.cost_failed, cur)} over "
-                       f"{formatting.count(totals.failed_requests)} attempts.")
+    row[0].metric(
+        "Spend",
+        formatting.money(totals.cost_total, cur),
+        chart_data=_series(trend, lambda f: f.cost_total),
+        border=True,
+        help="All cost in the period, failed and retried attempts included.",
+    )
+    row[1].metric(
+        "Completed interactions",
+        formatting.count(totals.completed_interactions),
+        chart_data=_series(trend, lambda f: f.completed_interactions),
+        border=True,
+        chart_type="bar",
+        help="Interactions (requests sharing an interaction id) with a completed "
+        "attempt in the period.",
+    )
+    row[2].metric(
+        "Cost per completed interaction",
+        formatting.money(totals.cost_per_completed_interaction, cur),
+        chart_data=_series(trend, lambda f: f.cost_per_completed_interaction),
+        border=True,
+        help="All cost / completed interactions.",
+    )
+    row[3].metric(
+        "Failed or retried attempts",
+        formatting.percent(totals.failed_cost_share),
+        chart_data=_series(trend, lambda f: f.failed_cost_share),
+        border=True,
+        help=f"Share of spend on attempts that did not complete: "
+        f"{formatting.money(totals.cost_failed, cur)} over "
+        f"{formatting.count(totals.failed_requests)} attempts.",
+    )
     row = st.columns(4)
-    row[0].metric("Token hit rate", formatting.percent(totals.hit_rate),
-                  chart_data=_series(trend, lambda f: f.hit_rate), border=True,
-                  help="Cached prompt tokens / prompt tokens.")
+    row[0].metric(
+        "Token hit rate",
+        formatting.percent(totals.hit_rate),
+        chart_data=_series(trend, lambda f: f.hit_rate),
+        border=True,
+        help="Cached prompt tokens / prompt tokens.",
+    )
     routed = totals.ceiling_requests > 0
-    row[1].metric("Routing efficiency",
-                  formatting.percent(totals.routing_efficiency) if routed else NO_ROUTING,
-                  chart_data=_series(trend, lambda f: f.routing_efficiency) if routed else None,
-                  border=True,
-                  help=("Achieved / ceiling cached tokens; ceiling hit rate "
-                        f"{formatting.percent(totals.ceiling_rate)}.") if routed else
-                  "Requests carry a hit-rate ceiling once KV-aware routing records it.")
-    row[2].metric("Saved by the cache", formatting.money(totals.saved, cur),
-                  chart_data=_series(trend, lambda f: f.saved), border=True,
-                  help="What the same tokens would have cost uncached, minus what they cost.")
-    row[3].metric("Lost to avoidable misses",
-                  formatting.money(totals.avoidable_miss_cost, cur) if routed else NO_ROUTING,
-                  chart_data=_series(trend, lambda f: f.avoidable_miss_cost) if routed else None,
-                  border=True,
-                  help="Misses the ceiling says perfect routing would have hit, priced at "
-                       "input minus cache-read rate.")
+    row[1].metric(
+        "Routing efficiency",
+        formatting.percent(totals.routing_efficiency) if routed else NO_ROUTING,
+        chart_data=_series(trend, lambda f: f.routing_efficiency) if routed else None,
+        border=True,
+        help=(
+            "Achieved / ceiling cached tokens; ceiling hit rate "
+            f"{formatting.percent(totals.ceiling_rate)}."
+        )
+        if routed
+        else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
+    )
+    row[2].metric(
+        "Saved by the cache",
+        formatting.money(totals.saved, cur),
+        chart_data=_series(trend, lambda f: f.saved),
+        border=True,
+        help="What the same tokens would have cost uncached, minus what they cost.",
+    )
+    row[3].metric(
+        "Lost to avoidable misses",
+        formatting.money(totals.avoidable_miss_cost, cur) if routed else NO_ROUTING,
+        chart_data=_series(trend, lambda f: f.avoidable_miss_cost) if routed else None,
+        border=True,
+        help="Misses the ceiling says perfect routing would have hit, priced at "
+        "input minus cache-read rate.",
+    )
     ttft = data.ttft
     row = st.columns(4)
-    row[0].metric("TTFT cold p50", formatting.millis(ttft.cold_p50_ms), border=True,
-                  help=f"Requests with no cached tokens: {formatting.count(ttft.cold_requests)}.")
+    row[0].metric(
+        "TTFT cold p50",
+        formatting.millis(ttft.cold_p50_ms),
+        border=True,
+        help=f"Requests with no cached tokens: {formatting.count(ttft.cold_requests)}.",
+    )
     row[1].metric("TTFT cold p90", formatting.millis(ttft.cold_p90_ms), border=True)
-    row[2].metric("TTFT warm p50", formatting.millis(ttft.warm_p50_ms), border=True,
-                  help=f"Requests with cached tokens: {formatting.count(ttft.warm_requests)}.")
+    row[2].metric(
+        "TTFT warm p50",
+        formatting.millis(ttft.warm_p50_ms),
+        border=True,
+        help=f"Requests with cached tokens: {formatting.count(ttft.warm_requests)}.",
+    )
     row[3].metric("TTFT warm p90", formatting.millis(ttft.warm_p90_ms), border=True)
 
 
@@ -89,37 +135,78 @@ def trends(data: Overview, view: View) -> None:
     """The trend charts under the metrics."""
     cur, trend = data.totals.currency, data.trend
     left, right = st.columns(2)
-    left.altair_chart(charts.trend(
-        _points(view, trend, {"spend": lambda f: f.cost_total, "saved by cache": lambda f: f.saved,
-                              "lost to avoidable misses": lambda f: f.avoidable_miss_cost}),
-        title=f"Spend and cache value per {view.bucket} ({cur})", y_title=cur, y_format=",.6f",
-        hourly=view.bucket == "hour"),
-        width="stretch")
-    right.altair_chart(charts.trend(
-        _points(view, trend, {"cost per completed interaction":
-                              lambda f: f.cost_per_completed_interaction}),
-        title=f"Cost per completed interaction ({cur})", y_title=cur, y_format=",.6f",
-        hourly=view.bucket == "hour"),
-        width="stretch")
+    left.altair_chart(
+        charts.trend(
+            _points(
+                view,
+                trend,
+                {
+                    "spend": lambda f: f.cost_total,
+                    "saved by cache": lambda f: f.saved,
+                    "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
+                },
+            ),
+            title=f"Spend and cache value per {view.bucket} ({cur})",
+            y_title=cur,
+            y_format=",.6f",
+            hourly=view.bucket == "hour",
+        ),
+        width="stretch",
+    )
+    right.altair_chart(
+        charts.trend(
+            _points(
+                view,
+                trend,
+                {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
+            ),
+            title=f"Cost per completed interaction ({cur})",
+            y_title=cur,
+            y_format=",.6f",
+            hourly=view.bucket == "hour",
+        ),
+        width="stretch",
+    )
     left, right = st.columns(2)
     hit = {"token hit rate": lambda f: f.hit_rate}
     if data.totals.ceiling_requests:
-        hit |= {"ceiling": lambda f: f.ceiling_rate,
-                "achieved (requests with a ceiling)":
-                    lambda f: None if not f.ceiling_prompt_tokens
-                    else Decimal(f.ceiling_cache_read_tokens) / f.ceiling_prompt_tokens}
-    left.altair_chart(charts.trend(_points(view, trend, hit),
-                                   title="Token hit rate against the ceiling", y_title="",
-                                   y_format=".0%", hourly=view.bucket == "hour"),
-                   width="stretch")
+        hit |= {
+            "ceiling": lambda f: f.ceiling_rate,
+            "achieved (requests with a ceiling)": lambda f: (
+                None
+                if not f.ceiling_prompt_tokens
+                else Decimal(f.ceiling_cache_read_tokens) / f.ceiling_prompt_tokens
+            ),
+        }
+    left.altair_chart(
+        charts.trend(
+            _points(view, trend, hit),
+            title="Token hit rate against the ceiling",
+            y_title="",
+            y_format=".0%",
+            hourly=view.bucket == "hour",
+        ),
+        width="stretch",
+    )
     if not data.totals.ceiling_requests:
         left.caption(f"Ceiling: {NO_ROUTING}.")
     ttft_points = [
         Point(formatting.wall_clock(start, view.zone), name, value)
         for start, t in data.ttft_trend
-        for name, value in (("cold p50", t.cold_p50_ms), ("cold p90", t.cold_p90_ms),
-                            ("warm p50", t.warm_p50_ms), ("warm p90", t.warm_p90_ms))
+        for name, value in (
+            ("cold p50", t.cold_p50_ms),
+            ("cold p90", t.cold_p90_ms),
+            ("warm p50", t.warm_p50_ms),
+            ("warm p90", t.warm_p90_ms),
+        )
     ]
-    right.altair_chart(charts.trend(ttft_points, title="Time to first token (ms)",
-                                    y_title="ms", y_format=",.0f",
-                                    hourly=view.bucket == "hour"), width="stretch")
+    right.altair_chart(
+        charts.trend(
+            ttft_points,
+            title="Time to first token (ms)",
+            y_title="ms",
+            y_format=",.0f",
+            hourly=view.bucket == "hour",
+        ),
+        width="stretch",
+    )

@@ -64,8 +64,10 @@ class View:
     @property
     def snapped(self) -> bool:
         """True when local midnight is not on a UTC hour, so bounds moved to the hour."""
-        return any(local_midnight(day, self.zone) != floor_hour(local_midnight(day, self.zone))
-                   for day in (self.start, self.end + timedelta(days=1)))
+        return any(
+            local_midnight(day, self.zone) != floor_hour(local_midnight(day, self.zone))
+            for day in (self.start, self.end + timedelta(days=1))
+        )
 
     def edges(self) -> list[datetime]:
         """Bucket boundaries in UTC: n + 1 of them for n buckets."""
@@ -73,8 +75,10 @@ class View:
             hours = int((self.upper - self.lower) / timedelta(hours=1))
             return [self.lower + timedelta(hours=n) for n in range(hours + 1)]
         days = (self.end - self.start).days + 1
-        return [floor_hour(local_midnight(self.start + timedelta(days=n), self.zone))
-                for n in range(days + 1)]
+        return [
+            floor_hour(local_midnight(self.start + timedelta(days=n), self.zone))
+            for n in range(days + 1)
+        ]
 
     def local(self, moment: datetime) -> datetime:
         """A stored UTC moment in the viewer's zone."""

@@ -108,7 +108,8 @@ def create_app(settings: Settings) -> FastAPI:
             session=state.http,
             fleets={
                 name: Fleet(d, cooldown_s=settings.replica_cooldown_s)
-                for name, d in state.deployments.items() if d.backend == "vllm"
+                for name, d in state.deployments.items()
+                if d.backend == "vllm"
             },
             recorder=recorder,
             metrics=metrics,
@@ -134,12 +135,15 @@ def create_app(settings: Settings) -> FastAPI:
                     metrics.replica_in_flight.labels(name, replica.url).set(replica.in_flight)
                     if fleet.deployment.kv_events:
                         metrics.replica_kv_events_fresh.labels(name, replica.url).set(
-                            fleet.index.fresh(replica.url))
+                            fleet.index.fresh(replica.url)
+                        )
                 for consumer in fleet.consumers:
-                    metrics.replica_kv_events_applied.labels(
-                        name, consumer.source.replica).set(consumer.next_seq or 0)
+                    metrics.replica_kv_events_applied.labels(name, consumer.source.replica).set(
+                        consumer.next_seq or 0
+                    )
 
         state.refresh_gauges = refresh_gauges
+
         async def check_replicas() -> None:
             await asyncio.gather(*(f.check_health(state.http) for f in proxy.fleets.values()))
 
@@ -157,8 +161,12 @@ def create_app(settings: Settings) -> FastAPI:
             asyncio.ensure_future(_every(settings.key_refresh_s, keys.refresh, "key refresh")),
             asyncio.ensure_future(_every(settings.price_refresh_s, refresh_prices, "prices")),
         ]
-        log.info("kvgate ready: %d model(s), %d active key(s), %d price(s)",
-                 len(state.deployments), len(keys), len(proxy.book))
+        log.info(
+            "kvgate ready: %d model(s), %d active key(s), %d price(s)",
+            len(state.deployments),
+            len(keys),
+            len(proxy.book),
+        )
         try:
             yield
         finally:

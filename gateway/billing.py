@@ -69,8 +69,9 @@ def build_statement(session: Session, *, tenant: TenantRow, start: date, end: da
     completed = queries.period_completed_interactions(
         session, tenant_id=tenant.id, lower=lower, upper=upper
     )
-    sums: dict[str, Any] = {name: sum((getattr(line, name) for line in lines), ZERO)
-                            for name in COST_FIELDS}
+    sums: dict[str, Any] = {
+        name: sum((getattr(line, name) for line in lines), ZERO) for name in COST_FIELDS
+    }
     total: Decimal = sums["cost_total"]
     currencies = {line.currency for line in lines} or {"USD"}
     return Statement(

@@ -12,8 +12,11 @@ import typer
 
 from gateway.config import ConfigError, Settings
 
-app = typer.Typer(help="kvgate: an OpenAI-compatible gateway that knows what every request cost.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="kvgate: an OpenAI-compatible gateway that knows what every request cost.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys (stored hashed; shown once).", no_args_is_help=True)
@@ -63,23 +66,41 @@ def serve(
         s.deployments()
     except ConfigError as exc:
         fail(str(exc))
-    logging.basicConfig(level=s.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(s), host=host, port=port, log_level=s.log_level, access_log=False,
-                loop="uvloop", http="httptools")
+    logging.basicConfig(
+        level=s.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(
+        create_app(s),
+        host=host,
+        port=port,
+        log_level=s.log_level,
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+    )
 
 
 @app.command()
 def demo(
     port: Annotated[int, typer.Option(help="Gateway port.")] = 8000,
-    sim_ports: Annotated[str, typer.Option(help="Ports of the two simulated replicas.")] = "8101,8102",
-    workdir: Annotated[Path, typer.Option(help="Where the demo keeps its files.")] = Path("var/demo"),
+    sim_ports: Annotated[
+        str, typer.Option(help="Ports of the two simulated replicas.")
+    ] = "8101,8102",
+    workdir: Annotated[Path, typer.Option(help="Where the demo keeps its files.")] = Path(
+        "var/demo"
+    ),
     dashboard_port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
 ) -> None:
     """Two simulated replicas, the gateway on SQLite, the dashboard, a short workload."""
     from gateway.demo import run_demo
 
-    run_demo(settings(), port=port, sim_ports=[int(p) for p in sim_ports.split(",")],
-             workdir=workdir, dashboard_port=dashboard_port)
+    run_demo(
+        settings(),
+        port=port,
+        sim_ports=[int(p) for p in sim_ports.split(",")],
+        workdir=workdir,
+        dashboard_port=dashboard_port,
+    )
 
 
 @app.command()
@@ -89,28 +110,52 @@ def sim(
     model: Annotated[str, typer.Option(help="Model name served.")] = "kvgate/demo-llama-8b",
     block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
     capacity_blocks: Annotated[int, typer.Option(help="KV cache size in blocks.")] = 2048,
-    prefill_tokens_per_s: Annotated[float, typer.Option(help="Prefill rate (0: instant).")] = 10_000.0,
-    decode_tokens_per_s: Annotated[float, typer.Option(help="Decode rate per sequence (0: instant).")] = 40.0,
+    prefill_tokens_per_s: Annotated[
+        float, typer.Option(help="Prefill rate (0: instant).")
+    ] = 10_000.0,
+    decode_tokens_per_s: Annotated[
+        float, typer.Option(help="Decode rate per sequence (0: instant).")
+    ] = 40.0,
     max_num_seqs: Annotated[int, typer.Option(help="Sequences running at once.")] = 64,
     max_model_len: Annotated[int, typer.Option(help="Longest prompt + output in tokens.")] = 32_768,
-    kv_events_endpoint: Annotated[str | None, typer.Option(
-        help="Publish vLLM KV events on this ZMQ endpoint (tcp://*:PORT binds).")] = None,
-    kv_events_replay_endpoint: Annotated[str | None, typer.Option(
-        help="Answer KV event replay requests on this ZMQ endpoint (bound).")] = None,
+    kv_events_endpoint: Annotated[
+        str | None,
+        typer.Option(help="Publish vLLM KV events on this ZMQ endpoint (tcp://*:PORT binds)."),
+    ] = None,
+    kv_events_replay_endpoint: Annotated[
+        str | None,
+        typer.Option(help="Answer KV event replay requests on this ZMQ endpoint (bound)."),
+    ] = None,
     kv_events_topic: Annotated[str, typer.Option(help="KV events topic.")] = "",
 ) -> None:
     """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
     from gateway.sim.events import KvEventsConfig
-    from gateway.sim.server import SimConfig, serve as serve_sim
+    from gateway.sim.server import SimConfig
+    from gateway.sim.server import serve as serve_sim
     from gateway.sim.timing import TimingModel
 
-    timing = TimingModel(prefill_tokens_per_s=prefill_tokens_per_s,
-                         decode_tokens_per_s=decode_tokens_per_s, max_num_seqs=max_num_seqs)
-    kv_events = None if kv_events_endpoint is None else KvEventsConfig(
-        kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic)
-    serve_sim(SimConfig(model=model, block_size=block_size, capacity_blocks=capacity_blocks,
-                        timing=timing, max_model_len=max_model_len, kv_events=kv_events),
-              host=host, port=port)
+    timing = TimingModel(
+        prefill_tokens_per_s=prefill_tokens_per_s,
+        decode_tokens_per_s=decode_tokens_per_s,
+        max_num_seqs=max_num_seqs,
+    )
+    kv_events = (
+        None
+        if kv_events_endpoint is None
+        else KvEventsConfig(kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic)
+    )
+    serve_sim(
+        SimConfig(
+            model=model,
+            block_size=block_size,
+            capacity_blocks=capacity_blocks,
+            timing=timing,
+            max_model_len=max_model_len,
+            kv_events=kv_events,
+        ),
+        host=host,
+        port=port,
+    )
 
 
 @app.command()
@@ -157,7 +202,9 @@ def _safe_url(url: str) -> str:
 @tenants_app.command("create")
 def tenants_create(
     name: Annotated[str, typer.Argument(help="Tenant name.")],
-    cache_group: Annotated[str | None, typer.Option(help="Share the KV cache with this group.")] = None,
+    cache_group: Annotated[
+        str | None, typer.Option(help="Share the KV cache with this group.")
+    ] = None,
 ) -> None:
     """Create a tenant."""
     from gateway.db import crud
@@ -233,9 +280,17 @@ def prices_add(
     from gateway.db.session import transaction
     from pricing.book import PriceError, price_from_mapping
 
-    entry = {"model": model, "effective_from": effective_from, "input": input,
-             "cache_read": cache_read, "cache_write": cache_write, "output": output,
-             "currency": currency, "source": source, "captured_on": date.today()}
+    entry = {
+        "model": model,
+        "effective_from": effective_from,
+        "input": input,
+        "cache_read": cache_read,
+        "cache_write": cache_write,
+        "output": output,
+        "currency": currency,
+        "source": source,
+        "captured_on": date.today(),
+    }
     try:
         price = price_from_mapping(entry)
     except PriceError as exc:
@@ -258,8 +313,12 @@ def prices_import_litellm(
     from pricing.litellm_map import plan_import, prices_from_map
 
     version, price_map = bundled_price_map()
-    prices = prices_from_map(price_map, captured_on=date.fromisoformat(captured_on),
-                             source=f"litellm {version}", match=match)
+    prices = prices_from_map(
+        price_map,
+        captured_on=date.fromisoformat(captured_on),
+        source=f"litellm {version}",
+        match=match,
+    )
     with transaction(_sessions(settings())) as session:
         plan = plan_import(crud.price_book(session), prices)
         if not dry_run:
@@ -267,8 +326,10 @@ def prices_import_litellm(
     for conflict in plan.conflicts:
         typer.secho(f"left as it is (other rates on that day): {conflict}", err=True)
     verb = "would add" if dry_run else "added"
-    typer.echo(f"litellm {version}: {verb} {len(plan.add)}, unchanged {len(plan.unchanged)}, "
-               f"conflicts {len(plan.conflicts)}")
+    typer.echo(
+        f"litellm {version}: {verb} {len(plan.add)}, unchanged {len(plan.unchanged)}, "
+        f"conflicts {len(plan.conflicts)}"
+    )
 
 
 @prices_app.command("list")
@@ -280,9 +341,11 @@ def prices_list(model: Annotated[str | None, typer.Option(help="Only this model.
         book = crud.price_book(session)
     typer.echo("model\teffective_from\tinput\tcache_read\tcache_write\toutput\tcurrency\tsource")
     for p in book.entries(model):
-        typer.echo(f"{p.model}\t{p.effective_from:%Y-%m-%dT%H:%M:%SZ}\t{p.input}\t{p.cache_read}"
-                   f"\t{'' if p.cache_write is None else p.cache_write}\t{p.output}"
-                   f"\t{p.currency}\t{p.source}")
+        typer.echo(
+            f"{p.model}\t{p.effective_from:%Y-%m-%dT%H:%M:%SZ}\t{p.input}\t{p.cache_read}"
+            f"\t{'' if p.cache_write is None else p.cache_write}\t{p.output}"
+            f"\t{p.currency}\t{p.source}"
+        )
 
 
 @billing_app.command("statement")
@@ -300,8 +363,10 @@ def billing_statement(
         fail("--format must be json or csv")
     with _sessions(settings())() as session:
         statement = billing.build_statement(
-            session, tenant=crud.get_tenant(session, name=tenant),
-            start=date.fromisoformat(start), end=date.fromisoformat(end),
+            session,
+            tenant=crud.get_tenant(session, name=tenant),
+            start=date.fromisoformat(start),
+            end=date.fromisoformat(end),
         )
     sys.stdout.buffer.write(billing.render(statement, format)[0])
 
@@ -324,9 +389,11 @@ def ceiling(
     typer.echo("tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency")
     for row in rows:
         f = row.figures
-        typer.echo(f"{names.get(row.tenant_id, row.tenant_id)}\t{row.model}\t{f.prompt_tokens}"
-                   f"\t{_percent(f.hit_rate)}\t{_percent(f.ceiling_rate)}"
-                   f"\t{_percent(f.routing_efficiency)}")
+        typer.echo(
+            f"{names.get(row.tenant_id, row.tenant_id)}\t{row.model}\t{f.prompt_tokens}"
+            f"\t{_percent(f.hit_rate)}\t{_percent(f.ceiling_rate)}"
+            f"\t{_percent(f.routing_efficiency)}"
+        )
 
 
 def _percent(value: object) -> str:
@@ -352,4 +419,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

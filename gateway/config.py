@@ -85,11 +85,14 @@ class Deployment(BaseModel):
             Tunables(**self.tunables)  # type: ignore[arg-type]
         except TypeError as exc:
             raise ValueError(f"unknown tunable: {exc}") from None
-        if self.tokenizer not in (None, SIM_TOKENIZER) and not (
-            Path(self.tokenizer) / "tokenizer.json"
-        ).is_file():
-            raise ValueError(f"tokenizer must be {SIM_TOKENIZER!r}, a model directory with a "
-                             f"tokenizer.json, or absent; {self.tokenizer!r} is none of these")
+        if (
+            self.tokenizer not in (None, SIM_TOKENIZER)
+            and not (Path(self.tokenizer) / "tokenizer.json").is_file()
+        ):
+            raise ValueError(
+                f"tokenizer must be {SIM_TOKENIZER!r}, a model directory with a "
+                f"tokenizer.json, or absent; {self.tokenizer!r} is none of these"
+            )
         if self.kv_events and len(self.kv_events) != len(self.replicas):
             raise ValueError("kv_events needs one entry per replica, in the replicas' order")
         return self
@@ -132,8 +135,9 @@ class ProviderTarget(BaseModel):
     @model_validator(mode="after")
     def _cache_control_only_where_accepted(self) -> ProviderTarget:
         if self.cache_control and not anthropic_family(self.litellm_model):
-            raise ValueError(f"cache_control is for Anthropic-family models, "
-                             f"not {self.litellm_model!r}")
+            raise ValueError(
+                f"cache_control is for Anthropic-family models, not {self.litellm_model!r}"
+            )
         return self
 
     @property
@@ -156,7 +160,8 @@ class ProviderDeployment(ProviderTarget):
     def targets(self) -> tuple[ProviderTarget, ...]:
         """The primary first, then each fallback: one attempt each."""
         primary = ProviderTarget.model_validate(
-            self.model_dump(include=set(ProviderTarget.model_fields)))
+            self.model_dump(include=set(ProviderTarget.model_fields))
+        )
         return (primary, *self.fallbacks)
 
 
@@ -248,7 +253,11 @@ class Settings(BaseSettings):
         A variable that is named but not set is left out: the provider answers 401, and
         that attempt is recorded like any other failure.
         """
-        names = {target.api_key_env
-                 for d in self.deployments() if isinstance(d, ProviderDeployment)
-                 for target in d.targets if target.api_key_env}
+        names = {
+            target.api_key_env
+            for d in self.deployments()
+            if isinstance(d, ProviderDeployment)
+            for target in d.targets
+            if target.api_key_env
+        }
         return {name: os.environ[name] for name in sorted(names) if name in os.environ}

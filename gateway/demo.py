@@ -44,15 +44,19 @@ log = logging.getLogger("kvgate.demo")
 def write_config(path: Path, sim_ports: list[int]) -> Path:
     """The deployments file: one model served by the simulated replicas."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"models": [{
-        "name": DEMO_MODEL,
-        "backend": "vllm",
-        "replicas": [f"http://127.0.0.1:{port}" for port in sim_ports],
-        "policy": "kv-aware",
-        "tokenizer": "kvgate-sim",
-        "block_size": 16,
-        "capacity_blocks": 4096,
-    }]}
+    document = {
+        "models": [
+            {
+                "name": DEMO_MODEL,
+                "backend": "vllm",
+                "replicas": [f"http://127.0.0.1:{port}" for port in sim_ports],
+                "policy": "kv-aware",
+                "tokenizer": "kvgate-sim",
+                "block_size": 16,
+                "capacity_blocks": 4096,
+            }
+        ]
+    }
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -103,16 +107,24 @@ def _die_with_parent() -> None:
 
 
 @contextlib.contextmanager
-def children(commands: list[list[str]], log_dir: Path, env: dict[str, str] | None = None
-             ) -> Iterator[list[subprocess.Popen[bytes]]]:
+def children(
+    commands: list[list[str]], log_dir: Path, env: dict[str, str] | None = None
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Child processes that are stopped (TERM, then KILL) however the block ends."""
     log_dir.mkdir(parents=True, exist_ok=True)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for number, command in enumerate(commands):
             log = open(log_dir / f"child-{number}.log", "wb")  # noqa: SIM115 (lives with the child)
-            processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                              env=env, preexec_fn=_die_with_parent))
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    preexec_fn=_die_with_parent,
+                )
+            )
         yield processes
     finally:
         for process in processes:
@@ -132,12 +144,21 @@ def feed(base_url: str, tenants: list[Tenant]) -> None:
         log.warning("demo workload not sent: %s", exc)
         return
     outcome = workload.run(base_url, tenants, DEMO_MODEL)
-    print(f"demo workload sent: {outcome.completed} completed, {outcome.failed} failed and "
-          f"retried, {outcome.cancelled} cancelled; the dashboard has data", flush=True)
+    print(
+        f"demo workload sent: {outcome.completed} completed, {outcome.failed} failed and "
+        f"retried, {outcome.cancelled} cancelled; the dashboard has data",
+        flush=True,
+    )
 
 
-def run_demo(settings: Settings, *, port: int, sim_ports: list[int], workdir: Path,
-             dashboard_port: int = 8501) -> None:
+def run_demo(
+    settings: Settings,
+    *,
+    port: int,
+    sim_ports: list[int],
+    workdir: Path,
+    dashboard_port: int = 8501,
+) -> None:
     import uvicorn
 
     from dashboard.launcher import command as dashboard_command
@@ -147,10 +168,14 @@ def run_demo(settings: Settings, *, port: int, sim_ports: list[int], workdir: Pa
     config = write_config(workdir / "kvgate.yaml", sim_ports)
     settings = settings.model_copy(update={"config": config})
     key = prepare_database(settings, workdir / "demo-key.txt")
-    tenants = [Tenant(name, tenant_key(settings, name, workdir / "keys" / f"{name}.txt"))
-               for name in WORKLOAD_TENANTS]
-    sims = [[sys.executable, "-m", "gateway.cli", "sim", "--port", str(p), "--model", DEMO_MODEL]
-            for p in sim_ports]
+    tenants = [
+        Tenant(name, tenant_key(settings, name, workdir / "keys" / f"{name}.txt"))
+        for name in WORKLOAD_TENANTS
+    ]
+    sims = [
+        [sys.executable, "-m", "gateway.cli", "sim", "--port", str(p), "--model", DEMO_MODEL]
+        for p in sim_ports
+    ]
     # The dashboard reads the demo's database, and asks for no password.
     env = {k: v for k, v in os.environ.items() if k != "KVGATE_DASHBOARD_PASSWORD"}
     env["KVGATE_DATABASE_URL"] = settings.database_url
@@ -159,21 +184,30 @@ def run_demo(settings: Settings, *, port: int, sim_ports: list[int], workdir: Pa
         for sim_port in sim_ports:
             wait_ready(f"http://127.0.0.1:{sim_port}/health")
         base_url = f"http://127.0.0.1:{port}/v1"
-        threading.Thread(target=feed, args=(base_url, tenants), name="demo-workload",
-                         daemon=True).start()
-        print(f"""
+        threading.Thread(
+            target=feed, args=(base_url, tenants), name="demo-workload", daemon=True
+        ).start()
+        print(
+            f"""
 kvgate demo
   gateway   {base_url}   (model {DEMO_MODEL})
   dashboard http://127.0.0.1:{dashboard_port}
-  replicas  {', '.join(f'http://127.0.0.1:{p}' for p in sim_ports)}  (simulated vLLM)
+  replicas  {", ".join(f"http://127.0.0.1:{p}" for p in sim_ports)}  (simulated vLLM)
   database  {settings.database_url}
   api key   {key}
 
   from openai import OpenAI
   client = OpenAI(base_url="{base_url}", api_key="{key}")
 
-A short workload from tenants {', '.join(WORKLOAD_TENANTS)} is on its way, so the dashboard
+A short workload from tenants {", ".join(WORKLOAD_TENANTS)} is on its way, so the dashboard
 opens with data. Ctrl-C stops everything.
-""", flush=True)
-        uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                    timeout_graceful_shutdown=3)
+""",
+            flush=True,
+        )
+        uvicorn.run(
+            create_app(settings),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=3,
+        )

@@ -95,8 +95,12 @@ class UpstreamUnavailable(UpstreamError):
     code = "no_healthy_replica"
 
 
-def error_body(message: str, type_: str, *, param: str | None = None, code: str | None = None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+def error_body(
+    message: str, type_: str, *, param: str | None = None, code: str | None = None
+) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
 
 
 def error_response(exc: KvgateError) -> Response:
@@ -116,7 +120,10 @@ def as_kvgate_error(exc: Exception) -> KvgateError:
         return InvalidRequest(message, param=".".join(location) or None)
     if isinstance(exc, HTTPException):
         mapped: dict[int, type[KvgateError]] = {
-            401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound, 413: BodyTooLarge,
+            401: AuthenticationFailed,
+            403: PermissionDenied,
+            404: NotFound,
+            413: BodyTooLarge,
         }
         cls = mapped.get(exc.status_code, InvalidRequest if exc.status_code < 500 else KvgateError)
         error = cls(str(exc.detail))

@@ -16,8 +16,10 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "kvgate_requests", "Requests (attempts) by outcome",
-            ["model", "upstream", "status"], registry=r,
+            "kvgate_requests",
+            "Requests (attempts) by outcome",
+            ["model", "upstream", "status"],
+            registry=r,
         )
         self.tokens = Counter(
             "kvgate_tokens", "Tokens by class", ["model", "token_class"], registry=r
@@ -28,20 +30,29 @@ class Metrics:
         )
         self.cache_premium = Counter(
             "kvgate_cache_write_premium_usd",
-            "What cache writes cost above plain input, where they did, in USD", ["model"],
+            "What cache writes cost above plain input, where they did, in USD",
+            ["model"],
             registry=r,
         )
         self.unpriced = Counter(
-            "kvgate_unpriced_requests", "Requests for a model with no price in force",
-            ["model"], registry=r,
+            "kvgate_unpriced_requests",
+            "Requests for a model with no price in force",
+            ["model"],
+            registry=r,
         )
         self.ttft = Histogram(
-            "kvgate_ttft_seconds", "Time to first token", ["model"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "kvgate_ttft_seconds",
+            "Time to first token",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.latency = Histogram(
-            "kvgate_request_duration_seconds", "Request duration", ["model", "upstream"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "kvgate_request_duration_seconds",
+            "Request duration",
+            ["model", "upstream"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.recorder_backlog = Gauge(
             "kvgate_recorder_backlog", "Records journaled but not yet in the database", registry=r
@@ -53,21 +64,27 @@ class Metrics:
             "kvgate_database_up", "1 when the recorder last reached the database", registry=r
         )
         self.replica_up = Gauge(
-            "kvgate_replica_up", "1 when a replica is taken for routing", ["model", "replica"],
+            "kvgate_replica_up",
+            "1 when a replica is taken for routing",
+            ["model", "replica"],
             registry=r,
         )
         self.replica_kv_events_fresh = Gauge(
             "kvgate_replica_kv_events_fresh",
             "1 while a replica's KV event stream is in sync (exact routing), 0 when stale",
-            ["model", "replica"], registry=r,
+            ["model", "replica"],
+            registry=r,
         )
         self.replica_kv_events_applied = Gauge(
             "kvgate_replica_kv_events_applied",
             "Sequence number after the last KV event batch applied from a replica",
-            ["model", "replica"], registry=r,
+            ["model", "replica"],
+            registry=r,
         )
         self.replica_in_flight = Gauge(
-            "kvgate_replica_in_flight", "Requests in flight per replica", ["model", "replica"],
+            "kvgate_replica_in_flight",
+            "Requests in flight per replica",
+            ["model", "replica"],
             registry=r,
         )
 

@@ -59,9 +59,16 @@ class Attempt:
 class ProviderProxy:
     """Everything a litellm request needs, built once by the app's lifespan."""
 
-    def __init__(self, *, providers: Providers, deployments: Mapping[str, ProviderDeployment],
-                 keys: Mapping[str, str], recorder: Recorder, metrics: Metrics,
-                 book: PriceBook) -> None:
+    def __init__(
+        self,
+        *,
+        providers: Providers,
+        deployments: Mapping[str, ProviderDeployment],
+        keys: Mapping[str, str],
+        recorder: Recorder,
+        metrics: Metrics,
+        book: PriceBook,
+    ) -> None:
         self.providers = providers
         self.deployments = dict(deployments)
         self.keys = dict(keys)
@@ -75,8 +82,11 @@ class ProviderProxy:
 
     def _targets(self, ctx: Context) -> tuple[ProviderTarget, ...]:
         if ctx.call.endpoint is not Endpoint.CHAT:
-            raise InvalidRequest(f"model '{ctx.call.model}' is served through a chat API only; "
-                                 "use /v1/chat/completions", param="model")
+            raise InvalidRequest(
+                f"model '{ctx.call.model}' is served through a chat API only; "
+                "use /v1/chat/completions",
+                param="model",
+            )
         return self.deployments[ctx.deployment.name].targets
 
     def _start(self, ctx: Context, number: int, target: ProviderTarget) -> Attempt:
@@ -85,12 +95,22 @@ class ProviderProxy:
 
     def _request(self, ctx: Context, target: ProviderTarget) -> ProviderRequest:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
-        return ProviderRequest(target=target, body=ctx.call.body, api_key=key,
-                               stream=ctx.call.stream)
+        return ProviderRequest(
+            target=target, body=ctx.call.body, api_key=key, stream=ctx.call.stream
+        )
 
-    def make_record(self, ctx: Context, attempt: Attempt, *, status: Status, usage: Usage,
-                    first_token_at: datetime | None = None, finish_reason: str | None = None,
-                    service_tier: str | None = None, error: str | None = None) -> Record:
+    def make_record(
+        self,
+        ctx: Context,
+        attempt: Attempt,
+        *,
+        status: Status,
+        usage: Usage,
+        first_token_at: datetime | None = None,
+        finish_reason: str | None = None,
+        service_tier: str | None = None,
+        error: str | None = None,
+    ) -> Record:
         """Price the attempt with its target's entry in force at its start, for its tier."""
         model = attempt.target.bills_as
         price = self.book.price_for(model, at=attempt.started_at)
@@ -130,10 +150,14 @@ class ProviderProxy:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _fail(self, ctx: Context, attempt: Attempt, error: ProviderFailure,
-                    last: bool) -> None:
-        await self._keep(self.make_record(ctx, attempt, status=Status.FAILED,
-                                          usage=Usage.missing(), error=error.message))
+    async def _fail(
+        self, ctx: Context, attempt: Attempt, error: ProviderFailure, last: bool
+    ) -> None:
+        await self._keep(
+            self.make_record(
+                ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message
+            )
+        )
         if last or not error.retryable:
             raise error
 
@@ -148,9 +172,14 @@ class ProviderProxy:
             except ProviderFailure as exc:
                 await self._fail(ctx, attempt, exc, last=number == len(targets))
                 continue
-            record = self.make_record(ctx, attempt, status=Status.COMPLETED, usage=reply.usage,
-                                      finish_reason=reply.finish_reason,
-                                      service_tier=reply.service_tier)
+            record = self.make_record(
+                ctx,
+                attempt,
+                status=Status.COMPLETED,
+                usage=reply.usage,
+                finish_reason=reply.finish_reason,
+                service_tier=reply.service_tier,
+            )
             await self._keep(record)
             reply.body["usage"] = billed_usage(record)
             return Response(orjson.dumps(reply.body), media_type="application/json")
@@ -169,13 +198,15 @@ class ProviderProxy:
                 await self._fail(ctx, attempt, exc, last=number == len(targets))
                 continue
             return StreamingResponse(
-                self._relay(ctx, attempt, stream), media_type="text/event-stream",
+                self._relay(ctx, attempt, stream),
+                media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             )
         raise AssertionError("unreachable: the last failure raises")
 
-    async def _relay(self, ctx: Context, attempt: Attempt,
-                     stream: ProviderStream) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, ctx: Context, attempt: Attempt, stream: ProviderStream
+    ) -> AsyncIterator[bytes]:
         error: ProviderFailure | None = None
         try:
             async for event in stream.events():
@@ -184,18 +215,31 @@ class ProviderProxy:
             error = exc
         except BaseException:
             # The client went away: closing litellm's stream below cancels the provider call.
-            self._keep_later(self.make_record(
-                ctx, attempt, status=Status.CANCELLED, usage=stream.usage_so_far(),
-                first_token_at=stream.first_at, finish_reason=stream.finish_reason,
-                service_tier=stream.service_tier, error="client disconnected"))
+            self._keep_later(
+                self.make_record(
+                    ctx,
+                    attempt,
+                    status=Status.CANCELLED,
+                    usage=stream.usage_so_far(),
+                    first_token_at=stream.first_at,
+                    finish_reason=stream.finish_reason,
+                    service_tier=stream.service_tier,
+                    error="client disconnected",
+                )
+            )
             raise
         finally:
             await stream.close()
         record = self.make_record(
-            ctx, attempt, status=Status.FAILED if error else Status.COMPLETED,
+            ctx,
+            attempt,
+            status=Status.FAILED if error else Status.COMPLETED,
             usage=stream.usage_so_far() if error else stream.usage(),
-            first_token_at=stream.first_at, finish_reason=stream.finish_reason,
-            service_tier=stream.service_tier, error=error.message if error else None)
+            first_token_at=stream.first_at,
+            finish_reason=stream.finish_reason,
+            service_tier=stream.service_tier,
+            error=error.message if error else None,
+        )
         await self._keep(record)
         if error is not None:
             yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
@@ -208,8 +252,9 @@ class ProviderProxy:
         yield sse.DONE + b"\n\n"
 
 
-async def build_provider_proxy(settings: Settings, deployments: Mapping[str, Any],
-                               proxy: Proxy) -> ProviderProxy | None:
+async def build_provider_proxy(
+    settings: Settings, deployments: Mapping[str, Any], proxy: Proxy
+) -> ProviderProxy | None:
     """The litellm path, sharing the vLLM path's recorder, metrics and prices; None if unused."""
     chosen = {n: d for n, d in deployments.items() if isinstance(d, ProviderDeployment)}
     if not chosen:
@@ -217,8 +262,14 @@ async def build_provider_proxy(settings: Settings, deployments: Mapping[str, Any
     providers = Providers()
     await asyncio.to_thread(providers.load)
     log.info("litellm %s loaded for %d model(s)", providers.version, len(chosen))
-    return ProviderProxy(providers=providers, deployments=chosen, keys=settings.provider_keys(),
-                         recorder=proxy.recorder, metrics=proxy.metrics, book=proxy.book)
+    return ProviderProxy(
+        providers=providers,
+        deployments=chosen,
+        keys=settings.provider_keys(),
+        recorder=proxy.recorder,
+        metrics=proxy.metrics,
+        book=proxy.book,
+    )
 
 
 def billed_usage(record: Record) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,9 +77,16 @@ class Context:
 class Proxy:
     """Everything a vLLM request needs, built once by the app's lifespan."""
 
-    def __init__(self, *, secret: str, session: aiohttp.ClientSession,
-                 fleets: dict[str, Fleet], recorder: Recorder, metrics: Metrics,
-                 book: PriceBook) -> None:
+    def __init__(
+        self,
+        *,
+        secret: str,
+        session: aiohttp.ClientSession,
+        fleets: dict[str, Fleet],
+        recorder: Recorder,
+        metrics: Metrics,
+        book: PriceBook,
+    ) -> None:
         self.secret = secret
         self.session = session
         self.fleets = fleets
@@ -103,7 +109,8 @@ class Proxy:
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         route = self.fleets[ctx.deployment.name].route(
-            call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id)
+            call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id
+        )
         return orjson.dumps(body), route
 
     def _timeout(self, deployment: Deployment) -> aiohttp.ClientTimeout:
@@ -120,9 +127,17 @@ class Proxy:
     def _end(self, ctx: Context, attempt: Attempt) -> None:
         self.fleets[ctx.deployment.name].finish(attempt.placement)
 
-    def make_record(self, ctx: Context, attempt: Attempt, *, status: Status, usage: Usage,
-                    first_token_at: datetime | None = None, finish_reason: str | None = None,
-                    error: str | None = None) -> Record:
+    def make_record(
+        self,
+        ctx: Context,
+        attempt: Attempt,
+        *,
+        status: Status,
+        usage: Usage,
+        first_token_at: datetime | None = None,
+        finish_reason: str | None = None,
+        error: str | None = None,
+    ) -> Record:
         """Price the attempt with the entry in force at its start; note what routing expected."""
         model = ctx.deployment.bills_as
         fleet = self.fleets[ctx.deployment.name]
@@ -132,8 +147,12 @@ class Proxy:
             predicted = fleet.predicted_tokens(attempt.route, attempt.placement, prompt_tokens)
             ceiling = fleet.ceiling_tokens(attempt.route, prompt_tokens)
             if status is Status.COMPLETED:
-                fleet.learn(attempt.route, attempt.placement,
-                            cached_tokens=usage.cache_read_tokens, prompt_tokens=prompt_tokens)
+                fleet.learn(
+                    attempt.route,
+                    attempt.placement,
+                    cached_tokens=usage.cache_read_tokens,
+                    prompt_tokens=prompt_tokens,
+                )
         price = self.book.price_for(model, at=attempt.started_at)
         if price is None and model not in self._unpriced_logged:
             self._unpriced_logged.add(model)
@@ -173,8 +192,11 @@ class Proxy:
         task.add_done_callback(self._background.discard)
 
     async def _fail(self, ctx: Context, attempt: Attempt, error: KvgateError) -> None:
-        await self._keep(self.make_record(
-            ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message))
+        await self._keep(
+            self.make_record(
+                ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message
+            )
+        )
 
     # -- non-streaming ----------------------------------------------------------------------
 
@@ -185,7 +207,9 @@ class Proxy:
             attempt = self._start(ctx, route, number, tried)
             url = attempt.replica.url + ctx.call.endpoint.value
             try:
-                reply = await post_json(self.session, url, body, timeout=self._timeout(ctx.deployment))
+                reply = await post_json(
+                    self.session, url, body, timeout=self._timeout(ctx.deployment)
+                )
             except UpstreamConnectError as exc:
                 fleet.mark_down(attempt.replica)
                 await self._fail(ctx, attempt, exc)
@@ -211,7 +235,11 @@ class Proxy:
         usage = from_openai(data.get("usage"))
         choices = data.get("choices") or [{}]
         record = self.make_record(
-            ctx, attempt, status=Status.COMPLETED, usage=usage, first_token_at=None,
+            ctx,
+            attempt,
+            status=Status.COMPLETED,
+            usage=usage,
+            first_token_at=None,
             finish_reason=(choices[0] or {}).get("finish_reason"),
         )
         await self._keep(record)
@@ -247,13 +275,15 @@ class Proxy:
                 self._end(ctx, attempt)
                 return await self._finish(ctx, attempt, status, raw)
             return StreamingResponse(
-                self._relay(ctx, attempt, upstream), media_type="text/event-stream",
+                self._relay(ctx, attempt, upstream),
+                media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             )
         raise AssertionError("unreachable")
 
-    async def _relay(self, ctx: Context, attempt: Attempt,
-                     upstream: UpstreamStream) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, ctx: Context, attempt: Attempt, upstream: UpstreamStream
+    ) -> AsyncIterator[bytes]:
         state, splitter = sse.StreamState(), sse.EventSplitter()
         fleet = self.fleets[ctx.deployment.name]
         first_token_at: datetime | None = None
@@ -274,8 +304,11 @@ class Proxy:
             error = exc
         except BaseException:
             # The client went away: the upstream request is cancelled by closing it below.
-            self._keep_later(self._stream_record(ctx, attempt, state, first_token_at,
-                                                 Status.CANCELLED, "client disconnected"))
+            self._keep_later(
+                self._stream_record(
+                    ctx, attempt, state, first_token_at, Status.CANCELLED, "client disconnected"
+                )
+            )
             raise
         finally:
             await upstream.close()
@@ -283,8 +316,9 @@ class Proxy:
         if error is None and not state.saw_done:
             error = UpstreamError("upstream stream ended before [DONE]")
         status = Status.FAILED if error else Status.COMPLETED
-        record = self._stream_record(ctx, attempt, state, first_token_at, status,
-                                     error.message if error else None)
+        record = self._stream_record(
+            ctx, attempt, state, first_token_at, status, error.message if error else None
+        )
         await self._keep(record)
         if error is not None:
             yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
@@ -294,9 +328,15 @@ class Proxy:
             yield sse.encode(usage_chunk)
         yield sse.DONE + b"\n\n"
 
-    def _stream_record(self, ctx: Context, attempt: Attempt, state: sse.StreamState,
-                       first_token_at: datetime | None, status: Status,
-                       error: str | None) -> Record:
+    def _stream_record(
+        self,
+        ctx: Context,
+        attempt: Attempt,
+        state: sse.StreamState,
+        first_token_at: datetime | None,
+        status: Status,
+        error: str | None,
+    ) -> Record:
         if state.usage is not None:
             usage = from_openai(state.usage)
         else:
@@ -306,9 +346,15 @@ class Proxy:
                 output_tokens=state.content_events,
                 source=UsageSource.ESTIMATED,
             )
-        return self.make_record(ctx, attempt, status=status, usage=usage,
-                                first_token_at=first_token_at,
-                                finish_reason=state.finish_reason, error=error)
+        return self.make_record(
+            ctx,
+            attempt,
+            status=status,
+            usage=usage,
+            first_token_at=first_token_at,
+            finish_reason=state.finish_reason,
+            error=error,
+        )
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
@@ -338,5 +384,3 @@ def _billed_usage(usage: Any, record: Record) -> dict[str, Any]:
     billed["prompt_tokens_details"] = details
     billed["cost"] = f"{record.cost.total:f}" if record.priced else None
     return billed
-
-

@@ -46,8 +46,13 @@ class Usage:
     cache_write_1h_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-                     "cache_write_1h_tokens"):
+        for name in (
+            "uncached_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            "cache_write_1h_tokens",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
@@ -112,8 +117,9 @@ def from_anthropic(usage: Mapping[str, Any] | None) -> Usage:
     """Anthropic convention: cache reads and writes are counted ON TOP of ``input_tokens``."""
     if not usage:
         return Usage.missing()
-    writes, hour = _writes(usage.get("cache_creation_input_tokens"),
-                           _mapping(usage.get("cache_creation")))
+    writes, hour = _writes(
+        usage.get("cache_creation_input_tokens"), _mapping(usage.get("cache_creation"))
+    )
     return Usage(
         uncached_tokens=_count(usage.get("input_tokens")),
         cache_read_tokens=_count(usage.get("cache_read_input_tokens")),
@@ -131,8 +137,11 @@ def from_deepseek(usage: Mapping[str, Any] | None) -> Usage:
         return from_openai(usage)
     prompt = _count(usage.get("prompt_tokens"))
     hits = min(_count(usage.get("prompt_cache_hit_tokens")), prompt)
-    return Usage(uncached_tokens=prompt - hits, cache_read_tokens=hits,
-                 output_tokens=_count(usage.get("completion_tokens")))
+    return Usage(
+        uncached_tokens=prompt - hits,
+        cache_read_tokens=hits,
+        output_tokens=_count(usage.get("completion_tokens")),
+    )
 
 
 def _either(usage: Mapping[str, Any], camel: str, snake: str) -> int:
@@ -159,9 +168,13 @@ def _inside_prompt(prompt: int, read: int, write: int, hour: int, output: int) -
     """Reads and writes counted inside ``prompt``: cap them so the classes stay disjoint."""
     read = min(read, prompt)
     write = min(write, prompt - read)
-    return Usage(uncached_tokens=prompt - read - write, cache_read_tokens=read,
-                 cache_write_tokens=write, output_tokens=output,
-                 cache_write_1h_tokens=min(hour, write))
+    return Usage(
+        uncached_tokens=prompt - read - write,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=output,
+        cache_write_1h_tokens=min(hour, write),
+    )
 
 
 def from_openrouter(usage: Mapping[str, Any] | None) -> Usage:
@@ -169,9 +182,13 @@ def from_openrouter(usage: Mapping[str, Any] | None) -> Usage:
     if not usage:
         return Usage.missing()
     details = _mapping(usage.get("prompt_tokens_details"))
-    return _inside_prompt(_count(usage.get("prompt_tokens")), _count(details.get("cached_tokens")),
-                          _count(details.get("cache_write_tokens")), 0,
-                          _count(usage.get("completion_tokens")))
+    return _inside_prompt(
+        _count(usage.get("prompt_tokens")),
+        _count(details.get("cached_tokens")),
+        _count(details.get("cache_write_tokens")),
+        0,
+        _count(usage.get("completion_tokens")),
+    )
 
 
 def from_litellm(usage: Mapping[str, Any] | None) -> Usage:
@@ -192,8 +209,13 @@ def from_litellm(usage: Mapping[str, Any] | None) -> Usage:
     if write is None:
         write = details.get("cache_creation_tokens", usage.get("cache_creation_input_tokens"))
     write, hour = _writes(write, _mapping(details.get("cache_creation_token_details")))
-    return _inside_prompt(_count(usage.get("prompt_tokens")), _count(read), write, hour,
-                          _count(usage.get("completion_tokens")))
+    return _inside_prompt(
+        _count(usage.get("prompt_tokens")),
+        _count(read),
+        write,
+        hour,
+        _count(usage.get("completion_tokens")),
+    )
 
 
 def to_openai(usage: Usage) -> dict[str, Any]:

@@ -66,34 +66,50 @@ def chat(base_url: str, tenant: Tenant, model: str, number: int) -> Outcome:
         messages.append({"role": "user", "content": question})
         if number == 0 and turn == 0:
             try:  # the client's mistake, then its retry under the same interaction id
-                client.chat.completions.create(model=model, messages=messages,
-                                               max_tokens=TOO_MANY_TOKENS, extra_headers=headers)
+                client.chat.completions.create(
+                    model=model,
+                    messages=messages,
+                    max_tokens=TOO_MANY_TOKENS,
+                    extra_headers=headers,
+                )
             except openai.BadRequestError:
                 failed += 1
         if number % 2:
             stream = client.chat.completions.create(
-                model=model, messages=messages, max_tokens=24, stream=True,
-                extra_headers=headers)
-            answer = "".join(chunk.choices[0].delta.content or ""
-                             for chunk in stream if chunk.choices)
+                model=model, messages=messages, max_tokens=24, stream=True, extra_headers=headers
+            )
+            answer = "".join(
+                chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices
+            )
         else:
-            reply = client.chat.completions.create(model=model, messages=messages,
-                                                   max_tokens=24, extra_headers=headers)
+            reply = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=24, extra_headers=headers
+            )
             answer = reply.choices[0].message.content or ""
         completed += 1
         messages.append({"role": "assistant", "content": answer})
     if number == 1:
         stream = client.chat.completions.create(
-            model=model, messages=[*messages, {"role": "user", "content": "Tell me more."}],
-            max_tokens=200, stream=True, extra_headers={"X-Interaction-Id": f"{interaction}-x"})
+            model=model,
+            messages=[*messages, {"role": "user", "content": "Tell me more."}],
+            max_tokens=200,
+            stream=True,
+            extra_headers={"X-Interaction-Id": f"{interaction}-x"},
+        )
         next(iter(stream))
         stream.close()  # the user navigated away: the gateway records a cancellation
         cancelled += 1
     return Outcome(completed, failed, cancelled)
 
 
-def run(base_url: str, tenants: Iterable[Tenant], model: str, *, chats_per_tenant: int = 4,
-        concurrency: int = 8) -> Outcome:
+def run(
+    base_url: str,
+    tenants: Iterable[Tenant],
+    model: str,
+    *,
+    chats_per_tenant: int = 4,
+    concurrency: int = 8,
+) -> Outcome:
     """Send the workload; returns what the client saw. Errors are logged, not raised."""
     jobs = [(tenant, number) for tenant in tenants for number in range(chats_per_tenant)]
     totals = Outcome(0, 0, 0)
@@ -105,7 +121,9 @@ def run(base_url: str, tenants: Iterable[Tenant], model: str, *, chats_per_tenan
             except Exception as exc:  # a demo aid: report and go on serving
                 log.warning("demo workload request failed: %s", exc)
                 continue
-            totals = Outcome(totals.completed + outcome.completed,
-                             totals.failed + outcome.failed,
-                             totals.cancelled + outcome.cancelled)
+            totals = Outcome(
+                totals.completed + outcome.completed,
+                totals.failed + outcome.failed,
+                totals.cancelled + outcome.cancelled,
+            )
     return totals

@@ -85,8 +85,13 @@ class Price:
 
     @property
     def base(self) -> Rates:
-        return Rates(input=self.input, cache_read=self.cache_read, output=self.output,
-                     cache_write=self.cache_write, cache_write_1h=self.cache_write_1h)
+        return Rates(
+            input=self.input,
+            cache_read=self.cache_read,
+            output=self.output,
+            cache_write=self.cache_write,
+            cache_write_1h=self.cache_write_1h,
+        )
 
     def rates_for(self, prompt_tokens: int, tier: str | None = None) -> Rates:
         """The rates for one request: its service tier's, else long-context, else base.
@@ -107,8 +112,10 @@ class Price:
         """The long-context and tier rates as plain data (stored beside the base rates)."""
         data: dict[str, Any] = {}
         if self.long_context is not None:
-            data["long_context"] = {"above": self.long_context.above,
-                                    **self.long_context.rates.to_mapping()}
+            data["long_context"] = {
+                "above": self.long_context.above,
+                **self.long_context.rates.to_mapping(),
+            }
         if self.tiers:
             data["tiers"] = {name: rates.to_mapping() for name, rates in self.tiers}
         return data or None
@@ -154,8 +161,14 @@ def _optional_rate(entry: Mapping[str, Any], field: str) -> Decimal | None:
 
 def rates_from_mapping(entry: Mapping[str, Any], where: str) -> Rates:
     """One set of rates (input, cache_read and output required)."""
-    unknown = set(entry) - {"input", "cache_read", "cache_write", "cache_write_1h", "output",
-                            "above"}
+    unknown = set(entry) - {
+        "input",
+        "cache_read",
+        "cache_write",
+        "cache_write_1h",
+        "output",
+        "above",
+    }
     if unknown:
         raise PriceError(f"{where}: unknown fields: {sorted(unknown)}")
     return Rates(
@@ -199,8 +212,15 @@ def tiers_from(value: Any) -> tuple[tuple[str, Rates], ...]:
 def price_from_mapping(entry: Mapping[str, Any]) -> Price:
     """Validate one catalog entry."""
     unknown = set(entry) - {
-        "model", "effective_from", *RATE_FIELDS, "currency", "source", "captured_on",
-        "cache_write_1h", "long_context", "tiers",
+        "model",
+        "effective_from",
+        *RATE_FIELDS,
+        "currency",
+        "source",
+        "captured_on",
+        "cache_write_1h",
+        "long_context",
+        "tiers",
     }
     if unknown:
         raise PriceError(f"unknown fields: {sorted(unknown)}")

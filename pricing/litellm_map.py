@@ -58,6 +58,7 @@ def _rates(entry: Mapping[str, Any], suffix: str = "", base: Rates | None = None
     does not name is the base rate: a tier that lists only input and output keeps the base
     cache rates.
     """
+
     def rate(name: str) -> Decimal | None:
         return per_million(entry.get(name + suffix))
 
@@ -71,12 +72,20 @@ def _rates(entry: Mapping[str, Any], suffix: str = "", base: Rates | None = None
         if output is None:
             return None
         hit = per_million(entry.get("input_cost_per_token_cache_hit"))  # DeepSeek's older name
-        return Rates(input=input_rate, cache_read=_first(read, hit, last=input_rate),
-                     output=output, cache_write=write, cache_write_1h=write_1h)
-    return Rates(input=input_rate, cache_read=_first(read, last=base.cache_read),
-                 output=_first(rate("output_cost_per_token"), last=base.output),
-                 cache_write=_or(write, base.cache_write),
-                 cache_write_1h=_or(write_1h, base.cache_write_1h))
+        return Rates(
+            input=input_rate,
+            cache_read=_first(read, hit, last=input_rate),
+            output=output,
+            cache_write=write,
+            cache_write_1h=write_1h,
+        )
+    return Rates(
+        input=input_rate,
+        cache_read=_first(read, last=base.cache_read),
+        output=_first(rate("output_cost_per_token"), last=base.output),
+        cache_write=_or(write, base.cache_write),
+        cache_write_1h=_or(write_1h, base.cache_write_1h),
+    )
 
 
 def _long_context(entry: Mapping[str, Any], base: Rates) -> LongContext | None:
@@ -89,8 +98,9 @@ def _long_context(entry: Mapping[str, Any], base: Rates) -> LongContext | None:
     return None if rates is None else LongContext(above=above * 1000, rates=rates)
 
 
-def price_from_entry(model: str, entry: Mapping[str, Any], *, captured_on: date,
-                     source: str) -> Price | None:
+def price_from_entry(
+    model: str, entry: Mapping[str, Any], *, captured_on: date, source: str
+) -> Price | None:
     """One dated entry, or None for a map entry that is not priced per token."""
     if entry.get("mode", "chat") not in TOKEN_MODES:
         return None
@@ -103,16 +113,24 @@ def price_from_entry(model: str, entry: Mapping[str, Any], *, captured_on: date,
         if rates is not None:
             tiers.append((tier, rates))
     return Price(
-        model=model, effective_from=parse_moment(captured_on), input=base.input,
-        cache_read=base.cache_read, cache_write=base.cache_write, output=base.output,
-        currency="USD", source=source, captured_on=captured_on,
-        cache_write_1h=base.cache_write_1h, long_context=_long_context(entry, base),
+        model=model,
+        effective_from=parse_moment(captured_on),
+        input=base.input,
+        cache_read=base.cache_read,
+        cache_write=base.cache_write,
+        output=base.output,
+        currency="USD",
+        source=source,
+        captured_on=captured_on,
+        cache_write_1h=base.cache_write_1h,
+        long_context=_long_context(entry, base),
         tiers=tuple(sorted(tiers)),
     )
 
 
-def prices_from_map(price_map: Mapping[str, Any], *, captured_on: date, source: str,
-                    match: str = "*") -> list[Price]:
+def prices_from_map(
+    price_map: Mapping[str, Any], *, captured_on: date, source: str, match: str = "*"
+) -> list[Price]:
     """Every per-token entry of the map whose name matches the glob ``match``."""
     prices = []
     for model, entry in sorted(price_map.items()):
@@ -126,7 +144,11 @@ def prices_from_map(price_map: Mapping[str, Any], *, captured_on: date, source: 
 
 def same_rates(a: Price, b: Price) -> bool:
     return (a.base, a.long_context, a.tiers, a.currency) == (
-        b.base, b.long_context, b.tiers, b.currency)
+        b.base,
+        b.long_context,
+        b.tiers,
+        b.currency,
+    )
 
 
 @dataclass(frozen=True, slots=True)

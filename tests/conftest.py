@@ -44,8 +44,10 @@ def new_database(backend: str, directory: Path) -> Iterator[str]:
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield make_url(normalise_url(POSTGRES_URL)).set(database=name).render_as_string(
-            hide_password=False
+        yield (
+            make_url(normalise_url(POSTGRES_URL))
+            .set(database=name)
+            .render_as_string(hide_password=False)
         )
     finally:
         with admin.connect() as connection:

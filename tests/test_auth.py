@@ -5,7 +5,13 @@ import asyncio
 import pytest
 
 from gateway.auth import (
-    KeyRing, Principal, admin_token_matches, bearer_token, cache_salt, hash_key, new_key,
+    KeyRing,
+    Principal,
+    admin_token_matches,
+    bearer_token,
+    cache_salt,
+    hash_key,
+    new_key,
 )
 from gateway.errors import AuthenticationFailed
 
@@ -50,8 +56,9 @@ async def test_a_flood_of_unknown_keys_shares_refreshes() -> None:
     keys = Keys()
     ring = KeyRing(keys.load)
     await ring.refresh()
-    results = await asyncio.gather(*(ring.authenticate(f"Bearer kvg-bad-{n}") for n in range(200)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(ring.authenticate(f"Bearer kvg-bad-{n}") for n in range(200)), return_exceptions=True
+    )
     assert all(isinstance(r, AuthenticationFailed) for r in results)
     assert keys.loads <= 3
 

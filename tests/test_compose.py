@@ -47,7 +47,16 @@ def published(service: str) -> set[int]:
 
 
 def test_the_expected_services_and_profiles_exist() -> None:
-    assert {"postgres", "migrate", "gateway", "dashboard", "sim-1", "sim-2", "vllm-1", "vllm-2"} <= set(SERVICES)
+    assert {
+        "postgres",
+        "migrate",
+        "gateway",
+        "dashboard",
+        "sim-1",
+        "sim-2",
+        "vllm-1",
+        "vllm-2",
+    } <= set(SERVICES)
     assert SERVICES["sim-1"]["profiles"] == ["sim"] and SERVICES["vllm-1"]["profiles"] == ["gpu"]
 
 
@@ -109,7 +118,10 @@ def test_gateway_reads_the_fleet_file_compose_mounts_and_the_postgres_it_starts(
     postgres = SERVICES["postgres"]["environment"]
     assert database.hostname == "postgres"
     assert (database.username, database.password, database.path.lstrip("/")) == (
-        postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"])
+        postgres["POSTGRES_USER"],
+        postgres["POSTGRES_PASSWORD"],
+        postgres["POSTGRES_DB"],
+    )
     assert env["KVGATE_ENVIRONMENT"] == "production"
 
 

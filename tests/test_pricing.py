@@ -21,8 +21,14 @@ D = Decimal
 
 
 def price(model: str = "m", when: str = "2026-01-01", **rates: str) -> Price:
-    entry = {"model": model, "effective_from": when, "input": "0.15", "cache_read": "0.015",
-             "output": "0.45", **rates}
+    entry = {
+        "model": model,
+        "effective_from": when,
+        "input": "0.15",
+        "cache_read": "0.015",
+        "output": "0.45",
+        **rates,
+    }
     return price_from_mapping(entry)
 
 
@@ -55,20 +61,41 @@ def test_two_different_prices_for_the_same_moment_are_refused() -> None:
         PriceBook([price(input="1"), price(input="2")])
 
 
-@pytest.mark.parametrize("bad", [
-    {"input": "-1"}, {"input": "abc"}, {"input": "NaN"}, {"output": None},
-    {"effective_from": "yesterday"}, {"model": ""}, {"surprise": "1"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input": "-1"},
+        {"input": "abc"},
+        {"input": "NaN"},
+        {"output": None},
+        {"effective_from": "yesterday"},
+        {"model": ""},
+        {"surprise": "1"},
+    ],
+)
 def test_invalid_entries_are_refused(bad: dict[str, object]) -> None:
-    entry = {"model": "m", "effective_from": "2026-01-01", "input": "1", "cache_read": "0.1",
-             "output": "2", **bad}
+    entry = {
+        "model": "m",
+        "effective_from": "2026-01-01",
+        "input": "1",
+        "cache_read": "0.1",
+        "output": "2",
+        **bad,
+    }
     with pytest.raises(PriceError):
         price_from_mapping(entry)
 
 
 def test_yaml_floats_become_exact_decimals() -> None:
-    assert price_from_mapping({"model": "m", "effective_from": "2026-01-01", "input": 0.1,
-                               "cache_read": 0.01, "output": 0.3}).input == D("0.1")
+    assert price_from_mapping(
+        {
+            "model": "m",
+            "effective_from": "2026-01-01",
+            "input": 0.1,
+            "cache_read": 0.01,
+            "output": 0.3,
+        }
+    ).input == D("0.1")
 
 
 def test_the_shipped_catalog_validates() -> None:
@@ -86,9 +113,13 @@ def test_catalog_errors_name_the_file_and_entry(tmp_path: Path) -> None:
 def test_cost_per_class_is_exact() -> None:
     usage = Usage(uncached_tokens=1000, cache_read_tokens=3000, output_tokens=500)
     cost = compute(usage, price())
-    assert cost == Cost(uncached=D("0.000150000"), cache_read=D("0.000045000"),
-                        cache_write=D("0.000000000"), output=D("0.000225000"),
-                        uncached_equivalent=D("0.000825000"))
+    assert cost == Cost(
+        uncached=D("0.000150000"),
+        cache_read=D("0.000045000"),
+        cache_write=D("0.000000000"),
+        output=D("0.000225000"),
+        uncached_equivalent=D("0.000825000"),
+    )
     assert cost.total == D("0.000420000")
     assert cost.saved == D("0.000405000")
 
@@ -107,10 +138,12 @@ def test_money_rounds_half_even_at_the_nano_dollar() -> None:
 
 
 def test_total_is_the_exact_sum_of_classes() -> None:
-    usage = Usage(uncached_tokens=333, cache_read_tokens=777, cache_write_tokens=11,
-                  output_tokens=999)
-    cost = compute(usage, price(input="0.333333", cache_read="0.033333", cache_write="0.41",
-                                output="1.111111"))
+    usage = Usage(
+        uncached_tokens=333, cache_read_tokens=777, cache_write_tokens=11, output_tokens=999
+    )
+    cost = compute(
+        usage, price(input="0.333333", cache_read="0.033333", cache_write="0.41", output="1.111111")
+    )
     assert cost.total == cost.uncached + cost.cache_read + cost.cache_write + cost.output
     # 333 × 0.333333 / 1e6 = 0.000110999889; 777 × 0.033333 / 1e6 = 0.000025899741;
     # 11 × 0.41 / 1e6 = 0.00000451; 999 × 1.111111 / 1e6 = 0.001109999889

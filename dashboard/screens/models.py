@@ -17,16 +17,28 @@ with ctx.sessions() as session:
 
 st.header("Price book")
 if not models.prices:
-    st.info("No prices yet: `kvgate prices sync` loads `pricing/catalog/*.yaml`; "
-            "`kvgate prices add --model ... --effective-from ...` adds a dated entry.")
+    st.info(
+        "No prices yet: `kvgate prices sync` loads `pricing/catalog/*.yaml`; "
+        "`kvgate prices add --model ... --effective-from ...` adds a dated entry."
+    )
 else:
-    st.dataframe([{
-        "model": p.model,
-        f"effective from ({view.zone.key})": formatting.moment(p.effective_from, view.zone),
-        "input / 1M": p.input, "cache read / 1M": p.cache_read,
-        "cache write / 1M": p.cache_write, "output / 1M": p.output, "currency": p.currency,
-        "source": p.source,
-    } for p in models.prices], hide_index=True, key="price_book")
+    st.dataframe(
+        [
+            {
+                "model": p.model,
+                f"effective from ({view.zone.key})": formatting.moment(p.effective_from, view.zone),
+                "input / 1M": p.input,
+                "cache read / 1M": p.cache_read,
+                "cache write / 1M": p.cache_write,
+                "output / 1M": p.output,
+                "currency": p.currency,
+                "source": p.source,
+            }
+            for p in models.prices
+        ],
+        hide_index=True,
+        key="price_book",
+    )
     # Each model's last entry holds until now: draw it to the end of the period at least.
     until = max(view.upper, max(p.effective_from for p in models.prices))
     points: list[Point] = []
@@ -34,48 +46,86 @@ else:
         entries = [p for p in models.prices if p.model == model]
         for kind in ("input", "cache_read", "output"):
             series = f"{model} {kind.replace('_', ' ')}"
-            stops: list[tuple[datetime, object]] = [(p.effective_from, getattr(p, kind))
-                                                    for p in entries]
+            stops: list[tuple[datetime, object]] = [
+                (p.effective_from, getattr(p, kind)) for p in entries
+            ]
             stops.append((until, getattr(entries[-1], kind)))
-            points += [Point(formatting.wall_clock(at, view.zone), series, float(rate))  # type: ignore[arg-type]
-                       for at, rate in stops]
-    st.altair_chart(charts.rate_steps(points, title="Rates over time (per 1M tokens)"),
-                    width="stretch")
+            points += [
+                Point(formatting.wall_clock(at, view.zone), series, float(rate))  # type: ignore[arg-type]
+                for at, rate in stops
+            ]
+    st.altair_chart(
+        charts.rate_steps(points, title="Rates over time (per 1M tokens)"), width="stretch"
+    )
 
 st.header("Blended input rate paid")
 if not models.paid:
     context.has_traffic(ctx, in_view=False)
 else:
-    st.caption("Input cost (uncached + cache read + cache write) per million prompt tokens, "
-               "against the entry's list input rate: the gap is what the cache took off.")
-    st.dataframe([{
-        "model": r.model,
-        f"price entry from ({view.zone.key})": formatting.moment(r.effective_from, view.zone),
-        "currency": r.currency,
-        "list input / 1M": r.list_input_rate,
-        "paid input / 1M": r.paid_input_rate,
-        "attempts": r.requests,
-        "prompt tokens": r.prompt_tokens,
-        "token hit rate": None if not r.prompt_tokens else r.cache_read_tokens / r.prompt_tokens,
-    } for r in models.paid], hide_index=True, key="paid_rates", column_config={
-        "token hit rate": st.column_config.NumberColumn(format="percent"),
-    })
+    st.caption(
+        "Input cost (uncached + cache read + cache write) per million prompt tokens, "
+        "against the entry's list input rate: the gap is what the cache took off."
+    )
+    st.dataframe(
+        [
+            {
+                "model": r.model,
+                f"price entry from ({view.zone.key})": formatting.moment(
+                    r.effective_from, view.zone
+                ),
+                "currency": r.currency,
+                "list input / 1M": r.list_input_rate,
+                "paid input / 1M": r.paid_input_rate,
+                "attempts": r.requests,
+                "prompt tokens": r.prompt_tokens,
+                "token hit rate": None
+                if not r.prompt_tokens
+                else r.cache_read_tokens / r.prompt_tokens,
+            }
+            for r in models.paid
+        ],
+        hide_index=True,
+        key="paid_rates",
+        column_config={
+            "token hit rate": st.column_config.NumberColumn(format="percent"),
+        },
+    )
     bars = []
     for r in models.paid:
         label = f"{r.model} from {formatting.moment(r.effective_from, view.zone)[:10]}"
         bars.append(Point(label, "list input rate", float(r.list_input_rate)))
         if r.paid_input_rate is not None:
             bars.append(Point(label, "blended input rate paid", float(r.paid_input_rate)))
-    st.altair_chart(charts.bars(bars, title="Input rate per 1M tokens: list vs paid",
-                                y_title="per 1M tokens", y_format=",.3f"), width="stretch")
+    st.altair_chart(
+        charts.bars(
+            bars,
+            title="Input rate per 1M tokens: list vs paid",
+            y_title="per 1M tokens",
+            y_format=",.3f",
+        ),
+        width="stretch",
+    )
 
 st.header("Unpriced requests")
 if models.unpriced:
-    st.warning(f"{sum(u.requests for u in models.unpriced):,} attempts in this period had no "
-               "price entry in force and cost 0 in statements: add a dated price with "
-               "`kvgate prices add`.", icon=":material/warning:")
-    st.dataframe([{"model": u.model, "attempts": u.requests, "prompt tokens": u.prompt_tokens,
-                   "output tokens": u.output_tokens} for u in models.unpriced],
-                 hide_index=True, key="unpriced")
+    st.warning(
+        f"{sum(u.requests for u in models.unpriced):,} attempts in this period had no "
+        "price entry in force and cost 0 in statements: add a dated price with "
+        "`kvgate prices add`.",
+        icon=":material/warning:",
+    )
+    st.dataframe(
+        [
+            {
+                "model": u.model,
+                "attempts": u.requests,
+                "prompt tokens": u.prompt_tokens,
+                "output tokens": u.output_tokens,
+            }
+            for u in models.unpriced
+        ],
+        hide_index=True,
+        key="unpriced",
+    )
 elif ctx.traffic is not None:
     st.success("Every request in this period was priced.")

@@ -21,21 +21,40 @@ view = ctx.view
 def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
     """Attempts as rows, times in the viewer's zone, each cost class exact."""
     zone = view.zone
-    return st.dataframe([{
-        f"started ({zone.key})": formatting.moment(line.started_at, zone),
-        "request id": line.request_id, "interaction id": line.interaction_id,
-        "attempt": line.attempt, "tenant": names.get(line.tenant_id, line.tenant_id),
-        "model": line.model, "replica": line.upstream, "status": line.status,
-        "ttft ms": None if line.first_token_at is None
-        else round((line.first_token_at - line.started_at).total_seconds() * 1000, 1),
-        "uncached": line.uncached_tokens, "cache read": line.cache_read_tokens,
-        "cache write": line.cache_write_tokens, "output": line.output_tokens,
-        "currency": line.currency or "", "cost uncached": line.cost_uncached,
-        "cost cache read": line.cost_cache_read, "cost cache write": line.cost_cache_write,
-        "cost output": line.cost_output, "cost total": line.cost_total,
-        "price": line.price_id or "unpriced", "error": line.error,
-    } for line in lines], hide_index=True, key=key, on_select="rerun",
-        selection_mode="single-row")
+    return st.dataframe(
+        [
+            {
+                f"started ({zone.key})": formatting.moment(line.started_at, zone),
+                "request id": line.request_id,
+                "interaction id": line.interaction_id,
+                "attempt": line.attempt,
+                "tenant": names.get(line.tenant_id, line.tenant_id),
+                "model": line.model,
+                "replica": line.upstream,
+                "status": line.status,
+                "ttft ms": None
+                if line.first_token_at is None
+                else round((line.first_token_at - line.started_at).total_seconds() * 1000, 1),
+                "uncached": line.uncached_tokens,
+                "cache read": line.cache_read_tokens,
+                "cache write": line.cache_write_tokens,
+                "output": line.output_tokens,
+                "currency": line.currency or "",
+                "cost uncached": line.cost_uncached,
+                "cost cache read": line.cost_cache_read,
+                "cost cache write": line.cost_cache_write,
+                "cost output": line.cost_output,
+                "cost total": line.cost_total,
+                "price": line.price_id or "unpriced",
+                "error": line.error,
+            }
+            for line in lines
+        ],
+        hide_index=True,
+        key=key,
+        on_select="rerun",
+        selection_mode="single-row",
+    )
 
 
 st.title("Requests")
@@ -43,27 +62,45 @@ with ctx.sessions() as session:
     names = lookups.tenant_names(session)
     models = lookups.models(session)
 
-wanted = st.text_input("Look up a request id or an interaction id", key="lookup",
-                       placeholder="req_… or an interaction id").strip()
+wanted = st.text_input(
+    "Look up a request id or an interaction id",
+    key="lookup",
+    placeholder="req_… or an interaction id",
+).strip()
 found_box = st.container()  # filled last: a row picked below also fills it
 
 st.header("Latest attempts")
 left, middle, right = st.columns(3)
-tenant_id = left.selectbox("Tenant", [None, *names], key="req_tenant",
-                           format_func=lambda t: "all tenants" if t is None else names[t])
-model = middle.selectbox("Model", [None, *models], key="req_model",
-                         format_func=lambda m: "all models" if m is None else m)
-status = right.selectbox("Status", [None, *STATUSES], key="req_status",
-                         format_func=lambda s: "any status" if s is None else s)
+tenant_id = left.selectbox(
+    "Tenant",
+    [None, *names],
+    key="req_tenant",
+    format_func=lambda t: "all tenants" if t is None else names[t],
+)
+model = middle.selectbox(
+    "Model",
+    [None, *models],
+    key="req_model",
+    format_func=lambda m: "all models" if m is None else m,
+)
+status = right.selectbox(
+    "Status",
+    [None, *STATUSES],
+    key="req_status",
+    format_func=lambda s: "any status" if s is None else s,
+)
 with ctx.sessions() as session:
-    recent = data.requests(session, view, tenant_id=tenant_id, model=model, status=status,
-                           limit=LIMIT)
+    recent = data.requests(
+        session, view, tenant_id=tenant_id, model=model, status=status, limit=LIMIT
+    )
 if context.has_traffic(ctx, in_view=bool(recent) or ctx.traffic is None):
     if not recent:
         st.info("No attempts match these filters in this period.")
     else:
-        st.caption(f"The {len(recent)} latest in the period, newest first; select a row to "
-                   "see every attempt of its interaction.")
+        st.caption(
+            f"The {len(recent)} latest in the period, newest first; select a row to "
+            "see every attempt of its interaction."
+        )
         picked = table(recent, names, "recent").selection.rows
         if picked and not wanted:
             wanted = recent[picked[0]].request_id
@@ -78,7 +115,9 @@ if wanted:
             currencies = "/".join(sorted({line.currency for line in found if line.currency}))
             total = sum((line.cost_total for line in found), ZERO)
             st.subheader(f"Interaction {found[0].interaction_id}")
-            st.caption(f"{len(found)} attempts, "
-                       f"{sum(line.status == 'completed' for line in found)} completed: "
-                       f"{formatting.money(total, currencies or 'USD')} in all.")
+            st.caption(
+                f"{len(found)} attempts, "
+                f"{sum(line.status == 'completed' for line in found)} completed: "
+                f"{formatting.money(total, currencies or 'USD')} in all."
+            )
             table(found, names, "attempts")

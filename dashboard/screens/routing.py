@@ -10,8 +10,10 @@ from dashboard import charts, context, data, formatting
 from dashboard.charts import Point
 from gateway.db.aggregates import ratio
 
-NO_ROUTING = ("No routing data yet: requests carry predicted and ceiling cached tokens once "
-              "KV-aware routing records them (`policy: kv-aware` in kvgate.yaml).")
+NO_ROUTING = (
+    "No routing data yet: requests carry predicted and ceiling cached tokens once "
+    "KV-aware routing records them (`policy: kv-aware` in kvgate.yaml)."
+)
 
 ctx = context.current()
 view = ctx.view
@@ -22,41 +24,79 @@ with ctx.sessions() as session:
 if context.has_traffic(ctx, in_view=bool(routing.replicas)):
     if view.tenant_ids:
         st.caption("Replica figures cover every tenant: the tenant filter does not apply here.")
-    st.dataframe([{
-        "model": r.model, "replica": r.upstream, "attempts": f.requests,
-        "failed": f.failed_requests, "prompt tokens": f.prompt_tokens,
-        "output tokens": f.output_tokens, "token hit rate": f.hit_rate,
-        "predicted cached tokens": f.predicted_cached_tokens if f.predicted_requests else None,
-        "reported cached tokens (predicted requests)":
-            f.predicted_cache_read_tokens if f.predicted_requests else None,
-        "ceiling hit rate": f.ceiling_rate, "routing efficiency": f.routing_efficiency,
-    } for r in routing.replicas for f in [r.figures]], hide_index=True, key="replicas",
-        column_config={name: st.column_config.NumberColumn(format="percent") for name in
-                       ("token hit rate", "ceiling hit rate", "routing efficiency")})
+    st.dataframe(
+        [
+            {
+                "model": r.model,
+                "replica": r.upstream,
+                "attempts": f.requests,
+                "failed": f.failed_requests,
+                "prompt tokens": f.prompt_tokens,
+                "output tokens": f.output_tokens,
+                "token hit rate": f.hit_rate,
+                "predicted cached tokens": f.predicted_cached_tokens
+                if f.predicted_requests
+                else None,
+                "reported cached tokens (predicted requests)": f.predicted_cache_read_tokens
+                if f.predicted_requests
+                else None,
+                "ceiling hit rate": f.ceiling_rate,
+                "routing efficiency": f.routing_efficiency,
+            }
+            for r in routing.replicas
+            for f in [r.figures]
+        ],
+        hide_index=True,
+        key="replicas",
+        column_config={
+            name: st.column_config.NumberColumn(format="percent")
+            for name in ("token hit rate", "ceiling hit rate", "routing efficiency")
+        },
+    )
     left, right = st.columns(2)
-    load = [Point(r.upstream, kind, float(value)) for r in routing.replicas
-            for kind, value in (("attempts", r.figures.requests),
-                                ("failed", r.figures.failed_requests))]
-    left.altair_chart(charts.bars(load, title="Load per replica", y_title="attempts"),
-                      width="stretch")
-    hits = [Point(r.upstream, "token hit rate", float(r.figures.hit_rate))
-            for r in routing.replicas if r.figures.hit_rate is not None]
-    right.altair_chart(charts.bars(hits, title="Token hit rate per replica", y_title="",
-                                   y_format=".0%"), width="stretch")
+    load = [
+        Point(r.upstream, kind, float(value))
+        for r in routing.replicas
+        for kind, value in (("attempts", r.figures.requests), ("failed", r.figures.failed_requests))
+    ]
+    left.altair_chart(
+        charts.bars(load, title="Load per replica", y_title="attempts"), width="stretch"
+    )
+    hits = [
+        Point(r.upstream, "token hit rate", float(r.figures.hit_rate))
+        for r in routing.replicas
+        if r.figures.hit_rate is not None
+    ]
+    right.altair_chart(
+        charts.bars(hits, title="Token hit rate per replica", y_title="", y_format=".0%"),
+        width="stretch",
+    )
 
     st.header("Predicted vs reported cached tokens")
     predicted = [r for r in routing.replicas if r.figures.predicted_requests]
     if not predicted:
         st.info(NO_ROUTING, icon=":material/info:")
     else:
-        points = [Point(r.upstream, kind, float(value)) for r in predicted
-                  for kind, value in (("predicted", r.figures.predicted_cached_tokens),
-                                      ("reported", r.figures.predicted_cache_read_tokens))]
-        st.altair_chart(charts.bars(points, title="Cached tokens: predicted by the router vs "
-                                    "reported by the replica", y_title="tokens"),
-                        width="stretch")
-        accuracy = ratio(sum(r.figures.predicted_cache_read_tokens for r in predicted),
-                         sum(r.figures.predicted_cached_tokens for r in predicted))
+        points = [
+            Point(r.upstream, kind, float(value))
+            for r in predicted
+            for kind, value in (
+                ("predicted", r.figures.predicted_cached_tokens),
+                ("reported", r.figures.predicted_cache_read_tokens),
+            )
+        ]
+        st.altair_chart(
+            charts.bars(
+                points,
+                title="Cached tokens: predicted by the router vs reported by the replica",
+                y_title="tokens",
+            ),
+            width="stretch",
+        )
+        accuracy = ratio(
+            sum(r.figures.predicted_cache_read_tokens for r in predicted),
+            sum(r.figures.predicted_cached_tokens for r in predicted),
+        )
         st.caption(f"Reported / predicted: {formatting.percent(accuracy)}.")
 
     st.header("Achieved vs ceiling over time")
@@ -68,9 +108,18 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
             at = formatting.wall_clock(start, view.zone)
             series.setdefault("achieved", []).append((at, f.achieved_rate))
             series.setdefault("ceiling", []).append((at, f.ceiling_rate))
-        points = [Point(at, name, None if v is None else float(v))
-                  for name, values in series.items() for at, v in values]
-        st.altair_chart(charts.trend(points, title="Token hit rate: achieved vs ceiling "
-                                     "(requests with a ceiling)", y_title="", y_format=".0%",
-                                     hourly=view.bucket == "hour"),
-                        width="stretch")
+        points = [
+            Point(at, name, None if v is None else float(v))
+            for name, values in series.items()
+            for at, v in values
+        ]
+        st.altair_chart(
+            charts.trend(
+                points,
+                title="Token hit rate: achieved vs ceiling (requests with a ceiling)",
+                y_title="",
+                y_format=".0%",
+                hourly=view.bucket == "hour",
+            ),
+            width="stretch",
+        )

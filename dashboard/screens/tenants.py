@@ -18,34 +18,44 @@ with ctx.sessions() as session:
 
 if context.has_traffic(ctx, in_view=bool(everyone.figures)):
     rows = []
-    for tenant_id, f in sorted(everyone.figures.items(),
-                               key=lambda item: (-item[1].cost_total, item[0])):
-        rows.append({
-            "tenant": everyone.names.get(tenant_id, tenant_id),
-            "currency": f.currency,
-            "spend": f.cost_total,
-            "completed interactions": f.completed_interactions,
-            "cost per completed interaction": f.cost_per_completed_interaction,
-            "attempts": f.requests,
-            "failed or retried share": f.failed_cost_share,
-            "token hit rate": f.hit_rate,
-            "routing efficiency": f.routing_efficiency,
-            "saved by cache": f.saved,
-            "lost to avoidable misses": f.avoidable_miss_cost if f.ceiling_requests else None,
-        })
-    st.dataframe(rows, hide_index=True, key="tenant_table", column_config={
-        "failed or retried share": st.column_config.NumberColumn(format="percent"),
-        "token hit rate": st.column_config.NumberColumn(format="percent"),
-        "routing efficiency": st.column_config.NumberColumn(format="percent"),
-    })
+    for tenant_id, f in sorted(
+        everyone.figures.items(), key=lambda item: (-item[1].cost_total, item[0])
+    ):
+        rows.append(
+            {
+                "tenant": everyone.names.get(tenant_id, tenant_id),
+                "currency": f.currency,
+                "spend": f.cost_total,
+                "completed interactions": f.completed_interactions,
+                "cost per completed interaction": f.cost_per_completed_interaction,
+                "attempts": f.requests,
+                "failed or retried share": f.failed_cost_share,
+                "token hit rate": f.hit_rate,
+                "routing efficiency": f.routing_efficiency,
+                "saved by cache": f.saved,
+                "lost to avoidable misses": f.avoidable_miss_cost if f.ceiling_requests else None,
+            }
+        )
+    st.dataframe(
+        rows,
+        hide_index=True,
+        key="tenant_table",
+        column_config={
+            "failed or retried share": st.column_config.NumberColumn(format="percent"),
+            "token hit rate": st.column_config.NumberColumn(format="percent"),
+            "routing efficiency": st.column_config.NumberColumn(format="percent"),
+        },
+    )
 
 st.header("A tenant")
 if not everyone.names:
-    st.info("No tenants yet: `kvgate tenants create NAME`, then "
-            "`kvgate keys create --tenant NAME`.")
+    st.info(
+        "No tenants yet: `kvgate tenants create NAME`, then `kvgate keys create --tenant NAME`."
+    )
 else:
-    tenant_id = st.selectbox("Tenant", list(everyone.names), key="tenant",
-                             format_func=everyone.names.__getitem__)
+    tenant_id = st.selectbox(
+        "Tenant", list(everyone.names), key="tenant", format_func=everyone.names.__getitem__
+    )
     name = everyone.names[tenant_id]
     st.subheader("Billing statement")
     try:
@@ -53,17 +63,29 @@ else:
     except InvalidRequest as exc:
         st.error(f"No statement for this period: {exc.message}")
     else:
-        st.caption(f"UTC days {view.start} to {view.end} (statements are cut on UTC days): "
-                   "the same bytes as `GET /v1/billing/statement`, made when you click.")
+        st.caption(
+            f"UTC days {view.start} to {view.end} (statements are cut on UTC days): "
+            "the same bytes as `GET /v1/billing/statement`, made when you click."
+        )
         left, right, _ = st.columns([1, 1, 4])
         stem = f"kvgate-{name}-{view.start}-{view.end}"
         for column, fmt, mime in ((left, "csv", "text/csv"), (right, "json", "application/json")):
             column.download_button(
                 f"Download {fmt.upper()}",
-                partial(data.statement, ctx.sessions, tenant_id=tenant_id, start=view.start,
-                        end=view.end, fmt=fmt),
-                file_name=f"{stem}.{fmt}", mime=mime, key=f"statement_{fmt}",
-                icon=":material/download:", on_click="ignore")
+                partial(
+                    data.statement,
+                    ctx.sessions,
+                    tenant_id=tenant_id,
+                    start=view.start,
+                    end=view.end,
+                    fmt=fmt,
+                ),
+                file_name=f"{stem}.{fmt}",
+                mime=mime,
+                key=f"statement_{fmt}",
+                icon=":material/download:",
+                on_click="ignore",
+            )
     st.subheader(f"{name}: figures")
     with ctx.sessions() as session:
         mine = data.overview(session, view.for_tenant(tenant_id))

@@ -44,8 +44,15 @@ class EventLike(Protocol):
 class Drainer:
     """One writer of journaled records into the database."""
 
-    def __init__(self, *, engine: Engine, directory: Path, own_prefix: str, batch_size: int,
-                 counters: MutableSequence[int]) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        directory: Path,
+        own_prefix: str,
+        batch_size: int,
+        counters: MutableSequence[int],
+    ) -> None:
         self.engine = engine
         self.directory = directory
         self.own_prefix = own_prefix
@@ -53,8 +60,13 @@ class Drainer:
         self.counters = counters
         self._offsets: dict[Path, int] = {}
 
-    def run(self, wake: EventLike, stopping: EventLike, flush_interval_s: float,
-            poll_s: float | None = None) -> None:
+    def run(
+        self,
+        wake: EventLike,
+        stopping: EventLike,
+        flush_interval_s: float,
+        poll_s: float | None = None,
+    ) -> None:
         """Drain until stopped; on stop, one final pass empties our own segments.
 
         ``poll_s`` caps each wait, for a stop that arrives as a flag rather than a wake-up.
@@ -204,8 +216,16 @@ class _Stop:
         return self.signalled or self.event.wait(timeout)
 
 
-def drain_in_process(database_url: str, directory: str, own_prefix: str, batch_size: int,
-                     flush_interval_s: float, counters: Any, wake: Any, stopping: Any) -> None:
+def drain_in_process(
+    database_url: str,
+    directory: str,
+    own_prefix: str,
+    batch_size: int,
+    flush_interval_s: float,
+    counters: Any,
+    wake: Any,
+    stopping: Any,
+) -> None:
     """The child process's main: drain until the gateway asks it to stop, or dies."""
     from gateway.db.session import make_engine
 
@@ -215,13 +235,18 @@ def drain_in_process(database_url: str, directory: str, own_prefix: str, batch_s
     stop = _Stop(stopping)
     signal.signal(signal.SIGTERM, stop.on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's to handle
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     engine = make_engine(database_url)
     try:
-        Drainer(engine=engine, directory=Path(directory), own_prefix=own_prefix,
-                batch_size=batch_size, counters=counters).run(wake, stop, flush_interval_s,
-                                                              poll_s=STOP_POLL_S)
+        Drainer(
+            engine=engine,
+            directory=Path(directory),
+            own_prefix=own_prefix,
+            batch_size=batch_size,
+            counters=counters,
+        ).run(wake, stop, flush_interval_s, poll_s=STOP_POLL_S)
     finally:
         with contextlib.suppress(Exception):
             engine.dispose()

@@ -206,18 +206,34 @@ class Recorder:
         if self.process:
             assert self.database_url is not None
             self._worker = multiprocessing.get_context("spawn").Process(
-                target=drainer.drain_in_process, name="kvgate-recorder", daemon=True,
-                args=(self.database_url, str(self.journal.directory), self.journal.prefix,
-                      self.batch_size, self.flush_interval_s, self._counters, self._wake,
-                      self._stopping),
+                target=drainer.drain_in_process,
+                name="kvgate-recorder",
+                daemon=True,
+                args=(
+                    self.database_url,
+                    str(self.journal.directory),
+                    self.journal.prefix,
+                    self.batch_size,
+                    self.flush_interval_s,
+                    self._counters,
+                    self._wake,
+                    self._stopping,
+                ),
             )
         else:
-            worker = drainer.Drainer(engine=self.engine, directory=self.journal.directory,
-                                     own_prefix=self.journal.prefix, batch_size=self.batch_size,
-                                     counters=self._counters)
+            worker = drainer.Drainer(
+                engine=self.engine,
+                directory=self.journal.directory,
+                own_prefix=self.journal.prefix,
+                batch_size=self.batch_size,
+                counters=self._counters,
+            )
             self._worker = threading.Thread(
-                target=worker.run, args=(self._wake, self._stopping, self.flush_interval_s),
-                name="kvgate-recorder", daemon=True)
+                target=worker.run,
+                args=(self._wake, self._stopping, self.flush_interval_s),
+                name="kvgate-recorder",
+                daemon=True,
+            )
         self._worker.start()
 
     async def stop(self, timeout_s: float = 10.0) -> None:

@@ -17,7 +17,11 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 @router.get("/statement")
 def statement(
-    _: AdminDep, session: SessionDep, tenant: str, start: date, end: date,
+    _: AdminDep,
+    session: SessionDep,
+    tenant: str,
+    start: date,
+    end: date,
     format: Literal["json", "csv"] = "json",
 ) -> Response:
     """Any tenant's statement, by tenant name."""
@@ -25,4 +29,6 @@ def statement(
     body, media_type = billing.render(
         billing.build_statement(session, tenant=row, start=start, end=end), format
     )
-    return Response(body, media_type=media_type, headers=download_headers(row.name, start, end, format))
+    return Response(
+        body, media_type=media_type, headers=download_headers(row.name, start, end, format)
+    )

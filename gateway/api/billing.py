@@ -17,7 +17,10 @@ router = APIRouter(prefix="/v1/billing", tags=["billing"])
 
 @router.get("/statement")
 def statement(
-    tenant: TenantDep, session: SessionDep, start: date, end: date,
+    tenant: TenantDep,
+    session: SessionDep,
+    start: date,
+    end: date,
     format: Literal["json", "csv"] = "json",
 ) -> Response:
     """The calling tenant's statement for UTC days start..end (both included)."""
@@ -27,7 +30,9 @@ def statement(
     body, media_type = billing.render(
         billing.build_statement(session, tenant=row, start=start, end=end), format
     )
-    return Response(body, media_type=media_type, headers=download_headers(row.name, start, end, format))
+    return Response(
+        body, media_type=media_type, headers=download_headers(row.name, start, end, format)
+    )
 
 
 def download_headers(name: str, start: date, end: date, fmt: str) -> dict[str, str]:

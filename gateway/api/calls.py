@@ -54,7 +54,9 @@ def parse_body(raw: bytes, limit: int) -> dict[str, Any]:
 
 def _optional(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
     value = body.get(name)
-    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is int):
+    if value is not None and (
+        not isinstance(value, kind) or (isinstance(value, bool) and kind is int)
+    ):
         raise InvalidRequest(f"'{name}' must be {what}", param=name)
     return value
 
@@ -63,8 +65,11 @@ def _text_size(content: Any) -> int:
     if isinstance(content, str):
         return len(content)
     if isinstance(content, list):
-        return sum(len(p.get("text", "")) for p in content if isinstance(p, dict)
-                   and isinstance(p.get("text", ""), str))
+        return sum(
+            len(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text", ""), str)
+        )
     return 0
 
 
@@ -83,9 +88,13 @@ def _prompt_chars(endpoint: Endpoint, body: dict[str, Any]) -> int:
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return len(prompt)
-    if isinstance(prompt, list) and prompt and (
-        all(isinstance(p, str) for p in prompt)
-        or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and (
+            all(isinstance(p, str) for p in prompt)
+            or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+        )
     ):
         return sum(len(p) if isinstance(p, str) else 4 for p in prompt)
     raise InvalidRequest(
@@ -103,8 +112,9 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
     options = _optional(body, "stream_options", dict, "an object") or {}
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
-        raise InvalidRequest("'stream_options.include_usage' must be a boolean",
-                             param="stream_options.include_usage")
+        raise InvalidRequest(
+            "'stream_options.include_usage' must be a boolean", param="stream_options.include_usage"
+        )
     for name in ("max_tokens", "max_completion_tokens", "n"):
         value = _optional(body, name, int, "an integer")
         if value is not None and not 1 <= value <= MAX_TOKENS_LIMIT:
@@ -113,8 +123,9 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
     metadata = _optional(body, "metadata", dict, "an object") or {}
     hint = metadata.get("interaction_id")
     if hint is not None and not isinstance(hint, str):
-        raise InvalidRequest("'metadata.interaction_id' must be a string",
-                             param="metadata.interaction_id")
+        raise InvalidRequest(
+            "'metadata.interaction_id' must be a string", param="metadata.interaction_id"
+        )
     return Call(
         endpoint=endpoint,
         model=model,

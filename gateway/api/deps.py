@@ -12,15 +12,18 @@ from gateway.auth import Principal, admin_token_matches
 from gateway.errors import AuthenticationFailed
 
 
-async def _tenant(request: Request, authorization: Annotated[str | None, Header()] = None
-                  ) -> Principal:
+async def _tenant(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Principal:
     principal: Principal = await request.app.state.keys.authenticate(authorization)
     return principal
 
 
 def _admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
     if not admin_token_matches(request.app.state.settings.admin_token, authorization):
-        raise AuthenticationFailed("admin endpoints need the admin token", code="invalid_admin_token")
+        raise AuthenticationFailed(
+            "admin endpoints need the admin token", code="invalid_admin_token"
+        )
 
 
 def _session(request: Request) -> Iterator[Session]:

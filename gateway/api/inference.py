@@ -8,8 +8,7 @@ as everywhere else.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-
-
+from typing import Protocol
 
 import orjson
 from starlette.requests import Request
@@ -52,7 +51,7 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         deployment=deployment,
         call=call,
     )
-    proxy = state.providers if deployment.backend == "litellm" else state.proxy
+    proxy: Upstream = state.providers if deployment.backend == "litellm" else state.proxy
     if call.stream:
         return await proxy.open_stream(ctx)
     return await proxy.complete(ctx)
@@ -78,6 +77,14 @@ async def models(request: Request) -> Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Upstream(Protocol):
+    """What serves a call: the vLLM proxy, or the litellm provider proxy."""
+
+    async def complete(self, ctx: Context) -> Response: ...
+    async def open_stream(self, ctx: Context) -> Response: ...
+
 
 # The inference paths: served by ``serve`` straight from the app's __call__, past
 # FastAPI's middleware and routing (about 8% of a request's CPU, measured with py-spy).

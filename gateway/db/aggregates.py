@@ -12,7 +12,6 @@ more than one cell (flagged ``spans``) are fetched to subtract the repeats.
 from __future__ import annotations
 
 import bisect
-import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, fields
@@ -20,17 +19,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
-from gateway.db.models import InteractionCellRow, PriceRow, TtftHourRow, UsageHourRow
-from gateway.db.rollups import COMPLETED, UNPRICED, bucket_upper_ms
+from gateway.db.models import InteractionCellRow, PriceRow, UsageHourRow
+from gateway.db.rollups import COMPLETED, UNPRICED
 from pricing.cost import NANO, PER_MILLION, ZERO
 
 K = TypeVar("K", bound=Hashable)
 USAGE = UsageHourRow.__table__
 CELLS = InteractionCellRow.__table__
-TTFT = TtftHourRow.__table__
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +46,9 @@ class Scope:
     def __post_init__(self) -> None:
         for moment in (self.lower, self.upper):
             if moment.tzinfo is None or (moment.minute, moment.second, moment.microsecond) != (
-                0, 0, 0,
+                0,
+                0,
+                0,
             ):
                 raise ValueError(f"scope bounds are aware whole hours, got {moment!r}")
 
@@ -131,11 +131,25 @@ class Figures:
         return ratio(self.cost_failed, self.cost_total)
 
 
-SUMMED = ("requests", "uncached_tokens", "cache_read_tokens", "cache_write_tokens",
-          "output_tokens", "cost_uncached", "cost_cache_read", "cost_cache_write", "cost_output",
-          "cost_total", "cost_uncached_equivalent", "completed_cells", "ceiling_requests",
-          "ceiling_prompt_tokens", "ceiling_cache_read_tokens", "ceiling_cached_tokens",
-          "avoidable_miss_tokens")
+SUMMED = (
+    "requests",
+    "uncached_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "cost_uncached",
+    "cost_cache_read",
+    "cost_cache_write",
+    "cost_output",
+    "cost_total",
+    "cost_uncached_equivalent",
+    "completed_cells",
+    "ceiling_requests",
+    "ceiling_prompt_tokens",
+    "ceiling_cache_read_tokens",
+    "ceiling_cached_tokens",
+    "avoidable_miss_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,19 +164,25 @@ def _rates(session: Session, price_ids: set[str]) -> dict[str, Rates]:
     if not ids:
         return {}
     rows = session.execute(
-        select(PriceRow.id, PriceRow.input, PriceRow.cache_read, PriceRow.currency)
-        .where(PriceRow.id.in_(ids))
+        select(PriceRow.id, PriceRow.input, PriceRow.cache_read, PriceRow.currency).where(
+            PriceRow.id.in_(ids)
+        )
     )
     return {pid: Rates(rate_in, rate_read, currency) for pid, rate_in, rate_read, currency in rows}
 
 
-def _fold(session: Session, scope: Scope, key: ColumnElement[Any] | None,
-          group: Callable[[Any], K | None]) -> dict[K, Figures]:
+def _fold(
+    session: Session, scope: Scope, key: ColumnElement[Any] | None, group: Callable[[Any], K | None]
+) -> dict[K, Figures]:
     """Usage rollups of the scope, grouped by ``group(key value)``; None drops a row."""
     keys = [key] if key is not None else []
     query = (
-        select(*keys, USAGE.c.price_id, USAGE.c.status,
-               *[func.sum(USAGE.c[name]).label(name) for name in SUMMED])
+        select(
+            *keys,
+            USAGE.c.price_id,
+            USAGE.c.status,
+            *[func.sum(USAGE.c[name]).label(name) for name in SUMMED],
+        )
         .where(*scope.where(USAGE))
         .group_by(*keys, USAGE.c.price_id, USAGE.c.status)
     )
@@ -176,9 +196,10 @@ def _fold(session: Session, scope: Scope, key: ColumnElement[Any] | None,
             continue
         into = sums.get(target)
         if into is None:
-            into = sums[target] = {name: ZERO if name.startswith("cost") else 0
-                                   for name in (*SUMMED, "failed_requests", "cost_failed",
-                                                "avoidable_miss_cost")}
+            into = sums[target] = {
+                name: ZERO if name.startswith("cost") else 0
+                for name in (*SUMMED, "failed_requests", "cost_failed", "avoidable_miss_cost")
+            }
         for name in SUMMED:
             if row[name] is not None:
                 into[name] += row[name]
@@ -203,8 +224,9 @@ def _fold(session: Session, scope: Scope, key: ColumnElement[Any] | None,
     }
 
 
-def _repeats(session: Session, scope: Scope, key: ColumnElement[Any] | None,
-             group: Callable[[Any], K | None]) -> dict[K, int]:
+def _repeats(
+    session: Session, scope: Scope, key: ColumnElement[Any] | None, group: Callable[[Any], K | None]
+) -> dict[K, int]:
     """Per group: cells beyond the first of each interaction that has several there."""
     cell_key = [CELLS.c[key.name]] if key is not None else []
     query = (
@@ -281,28 +303,52 @@ def paid_rates(session: Session, scope: Scope) -> list[PaidRate]:
     """Per priced model x price entry in the scope, ordered by model and date."""
     query = (
         select(
-            PriceRow.model, PriceRow.id, PriceRow.effective_from, PriceRow.currency,
-            PriceRow.input, PriceRow.cache_read, func.sum(USAGE.c.requests),
-            func.sum(USAGE.c.uncached_tokens + USAGE.c.cache_read_tokens
-                     + USAGE.c.cache_write_tokens),
+            PriceRow.model,
+            PriceRow.id,
+            PriceRow.effective_from,
+            PriceRow.currency,
+            PriceRow.input,
+            PriceRow.cache_read,
+            func.sum(USAGE.c.requests),
+            func.sum(
+                USAGE.c.uncached_tokens + USAGE.c.cache_read_tokens + USAGE.c.cache_write_tokens
+            ),
             func.sum(USAGE.c.cache_read_tokens),
-            func.sum(USAGE.c.cost_uncached), func.sum(USAGE.c.cost_cache_read),
+            func.sum(USAGE.c.cost_uncached),
+            func.sum(USAGE.c.cost_cache_read),
             func.sum(USAGE.c.cost_cache_write),
         )
         .join(PriceRow, PriceRow.id == USAGE.c.price_id)
         .where(*scope.where(USAGE))
-        .group_by(PriceRow.model, PriceRow.id, PriceRow.effective_from, PriceRow.currency,
-                  PriceRow.input, PriceRow.cache_read)
+        .group_by(
+            PriceRow.model,
+            PriceRow.id,
+            PriceRow.effective_from,
+            PriceRow.currency,
+            PriceRow.input,
+            PriceRow.cache_read,
+        )
         .order_by(PriceRow.model, PriceRow.effective_from)
     )
-    return [
-        PaidRate(model=m, price_id=pid, effective_from=since, currency=cur,
-                 list_input_rate=rate_in, list_cache_read_rate=rate_read, requests=int(n),
-                 prompt_tokens=int(prompt), cache_read_tokens=int(read),
-                 input_cost=(uncached or ZERO) + (cache_read or ZERO) + (cache_write or ZERO))
-        for m, pid, since, cur, rate_in, rate_read, n, prompt, read, uncached, cache_read,
-        cache_write in session.execute(query)
-    ]
+    rates = []
+    for row in session.execute(query):
+        model, price_id, since, currency, rate_in, rate_read, n, prompt, read = row[:9]
+        uncached, cache_read, cache_write = row[9:]
+        rates.append(
+            PaidRate(
+                model=model,
+                price_id=price_id,
+                effective_from=since,
+                currency=currency,
+                list_input_rate=rate_in,
+                list_cache_read_rate=rate_read,
+                requests=int(n),
+                prompt_tokens=int(prompt),
+                cache_read_tokens=int(read),
+                input_cost=(uncached or ZERO) + (cache_read or ZERO) + (cache_write or ZERO),
+            )
+        )
+    return rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,87 +362,19 @@ class Unpriced:
 def unpriced(session: Session, scope: Scope) -> list[Unpriced]:
     """Requests in the scope that no price entry covered (they cost 0 in statements)."""
     query = (
-        select(USAGE.c.model, func.sum(USAGE.c.requests),
-               func.sum(USAGE.c.uncached_tokens + USAGE.c.cache_read_tokens
-                        + USAGE.c.cache_write_tokens),
-               func.sum(USAGE.c.output_tokens))
+        select(
+            USAGE.c.model,
+            func.sum(USAGE.c.requests),
+            func.sum(
+                USAGE.c.uncached_tokens + USAGE.c.cache_read_tokens + USAGE.c.cache_write_tokens
+            ),
+            func.sum(USAGE.c.output_tokens),
+        )
         .where(USAGE.c.price_id == UNPRICED, *scope.where(USAGE))
         .group_by(USAGE.c.model)
         .order_by(USAGE.c.model)
     )
     return [Unpriced(m, int(n), int(p), int(o)) for m, n, p, o in session.execute(query)]
-
-
-@dataclass(frozen=True, slots=True)
-class Ttft:
-    """Time to first token, cold (no cached tokens) and warm, from the histogram.
-
-    A percentile is the upper edge of the bucket holding its nearest rank (buckets are
-    eight per doubling, so it overstates by at most about 9 %).
-    """
-
-    cold_requests: int = 0
-    cold_p50_ms: float | None = None
-    cold_p90_ms: float | None = None
-    warm_requests: int = 0
-    warm_p50_ms: float | None = None
-    warm_p90_ms: float | None = None
-
-
-def percentile_ms(histogram: dict[int, int], p: float) -> float | None:
-    """Nearest-rank percentile of a bucket histogram, as the bucket's upper edge."""
-    total = sum(histogram.values())
-    if not total:
-        return None
-    rank, seen = math.ceil(p * total), 0
-    for bucket in sorted(histogram):
-        seen += histogram[bucket]
-        if seen >= rank:
-            return bucket_upper_ms(bucket)
-    raise AssertionError("unreachable: ranks never exceed the total")
-
-
-def _ttft(histograms: dict[bool, dict[int, int]]) -> Ttft:
-    cold, warm = histograms.get(False, {}), histograms.get(True, {})
-    return Ttft(
-        cold_requests=sum(cold.values()), cold_p50_ms=percentile_ms(cold, 0.5),
-        cold_p90_ms=percentile_ms(cold, 0.9), warm_requests=sum(warm.values()),
-        warm_p50_ms=percentile_ms(warm, 0.5), warm_p90_ms=percentile_ms(warm, 0.9),
-    )
-
-
-def _ttft_query(scope: Scope, by_hour: bool) -> Select[Any]:
-    keys = [TTFT.c.hour] if by_hour else []
-    return (
-        select(*keys, TTFT.c.warm, TTFT.c.bucket, func.sum(TTFT.c.requests))
-        .where(*scope.where(TTFT))
-        .group_by(*keys, TTFT.c.warm, TTFT.c.bucket)
-    )
-
-
-def ttft(session: Session, scope: Scope) -> Ttft:
-    """TTFT percentiles of the scope."""
-    histograms: dict[bool, dict[int, int]] = defaultdict(dict)
-    for warm, bucket, count in session.execute(_ttft_query(scope, by_hour=False)):
-        histograms[bool(warm)][bucket] = int(count)
-    return _ttft(histograms)
-
-
-def ttft_trend(
-    session: Session, scope: Scope, edges: Sequence[datetime]
-) -> tuple[Ttft, list[tuple[datetime, Ttft]]]:
-    """TTFT percentiles of the whole scope and per time bucket, from one scan."""
-    to_bucket = bucketer(edges)
-    overall: dict[bool, dict[int, int]] = defaultdict(dict)
-    per_bucket: dict[datetime, dict[bool, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
-    for hour, warm, bucket, count in session.execute(_ttft_query(scope, by_hour=True)):
-        histogram = overall[bool(warm)]
-        histogram[bucket] = histogram.get(bucket, 0) + int(count)
-        start = to_bucket(hour)
-        if start is not None:
-            histogram = per_bucket[start][bool(warm)]
-            histogram[bucket] = histogram.get(bucket, 0) + int(count)
-    return _ttft(overall), [(start, _ttft(per_bucket.get(start, {}))) for start in edges[:-1]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,5 +393,7 @@ def achieved_vs_ceiling(session: Session, scope: Scope) -> list[CeilingRow]:
     rows: list[CeilingRow] = []
     for model in scope.models or tuple(all_models(session)):
         per_tenant = by_tenant(session, Scope(scope.lower, scope.upper, scope.tenant_ids, (model,)))
-        rows.extend(CeilingRow(tenant, model, figures) for tenant, figures in sorted(per_tenant.items()))
+        rows.extend(
+            CeilingRow(tenant, model, figures) for tenant, figures in sorted(per_tenant.items())
+        )
     return rows

@@ -79,7 +79,9 @@ def revoke_key(session: Session, *, key_id: str) -> ApiKeyRow:
 def active_principals(session: Session) -> dict[str, Principal]:
     """Every active key hash with the principal it authenticates."""
     rows = session.execute(
-        select(ApiKeyRow.key_hash, ApiKeyRow.id, TenantRow.id, TenantRow.name, TenantRow.cache_group)
+        select(
+            ApiKeyRow.key_hash, ApiKeyRow.id, TenantRow.id, TenantRow.name, TenantRow.cache_group
+        )
         .join(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
         .where(ApiKeyRow.revoked_at.is_(None))
     )
@@ -120,7 +122,10 @@ def _variants_json(price: Price) -> str | None:
 def _same_rates(row: PriceRow, price: Price) -> bool:
     stored = _price_from_row(row)
     return (stored.base, stored.long_context, stored.tiers, stored.currency) == (
-        price.base, price.long_context, price.tiers, price.currency,
+        price.base,
+        price.long_context,
+        price.tiers,
+        price.currency,
     )
 
 

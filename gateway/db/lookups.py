@@ -26,8 +26,9 @@ def models(session: Session) -> list[str]:
 
 def traffic_span(session: Session) -> tuple[datetime, datetime] | None:
     """The first hour with requests and the end of the last one, or None without traffic."""
-    first, last = session.execute(select(func.min(UsageHourRow.hour),
-                                         func.max(UsageHourRow.hour))).one()
+    first, last = session.execute(
+        select(func.min(UsageHourRow.hour), func.max(UsageHourRow.hour))
+    ).one()
     if first is None or last is None:
         return None
     return first, last + timedelta(hours=1)
@@ -65,8 +66,9 @@ class RequestLine:
     currency: str | None  # of the price entry; None when unpriced
 
 
-COLUMNS = [getattr(RequestRow, name) for name in RequestLine.__dataclass_fields__
-           if name != "currency"] + [PriceRow.currency]
+COLUMNS = [
+    getattr(RequestRow, name) for name in RequestLine.__dataclass_fields__ if name != "currency"
+] + [PriceRow.currency]
 
 
 def _lines(session: Session, query: Select[Any]) -> list[RequestLine]:
@@ -74,8 +76,14 @@ def _lines(session: Session, query: Select[Any]) -> list[RequestLine]:
 
 
 def recent_requests(
-    session: Session, *, lower: datetime, upper: datetime, tenant_id: str | None = None,
-    model: str | None = None, status: str | None = None, limit: int = 100,
+    session: Session,
+    *,
+    lower: datetime,
+    upper: datetime,
+    tenant_id: str | None = None,
+    model: str | None = None,
+    status: str | None = None,
+    limit: int = 100,
 ) -> list[RequestLine]:
     """The latest attempts started in [lower, upper), newest first, optionally filtered."""
     query = (
@@ -109,8 +117,9 @@ def attempts(session: Session, *, request_or_interaction_id: str) -> list[Reques
         select(*COLUMNS)
         .outerjoin(PriceRow, PriceRow.id == RequestRow.price_id)
         .where(condition)
-        .order_by(RequestRow.tenant_id, RequestRow.started_at, RequestRow.attempt,
-                  RequestRow.request_id)
+        .order_by(
+            RequestRow.tenant_id, RequestRow.started_at, RequestRow.attempt, RequestRow.request_id
+        )
     )
     return _lines(session, query)
 

@@ -264,8 +264,12 @@ class InteractionCellRow(Base):
 
     __tablename__ = "interaction_cells"
     __table_args__ = (
-        Index("ix_interaction_cells_spans_hour", "hour", postgresql_where=text("spans"),
-              sqlite_where=text("spans")),
+        Index(
+            "ix_interaction_cells_spans_hour",
+            "hour",
+            postgresql_where=text("spans"),
+            sqlite_where=text("spans"),
+        ),
     )
 
     tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -65,9 +65,7 @@ class LineItem:
     cost_total: Decimal
 
 
-def statement_lines(
-    session: Session, *, tenant_id: str, start: date, end: date
-) -> list[LineItem]:
+def statement_lines(session: Session, *, tenant_id: str, start: date, end: date) -> list[LineItem]:
     """A tenant's line items for the UTC days start..end (both included)."""
     lower, upper = day_bounds(start, end)
     day = _day(session).label("day")
@@ -100,8 +98,14 @@ def statement_lines(
             RequestRow.started_at < upper,
         )
         .group_by(
-            day, RequestRow.model, RequestRow.price_id, PriceRow.currency, PriceRow.input,
-            PriceRow.cache_read, PriceRow.cache_write, PriceRow.output,
+            day,
+            RequestRow.model,
+            RequestRow.price_id,
+            PriceRow.currency,
+            PriceRow.input,
+            PriceRow.cache_read,
+            PriceRow.cache_write,
+            PriceRow.output,
         )
         .order_by(day, RequestRow.model, RequestRow.price_id)
     )

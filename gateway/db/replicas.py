@@ -21,10 +21,20 @@ from gateway.db.aggregates import Scope, bucketer, ratio
 from gateway.db.models import ReplicaHourRow
 
 REPLICAS = ReplicaHourRow.__table__
-SUMMED = ("requests", "failed_requests", "prompt_tokens", "cache_read_tokens", "output_tokens",
-          "predicted_requests", "predicted_cached_tokens", "predicted_cache_read_tokens",
-          "ceiling_requests", "ceiling_prompt_tokens", "ceiling_cache_read_tokens",
-          "ceiling_cached_tokens")
+SUMMED = (
+    "requests",
+    "failed_requests",
+    "prompt_tokens",
+    "cache_read_tokens",
+    "output_tokens",
+    "predicted_requests",
+    "predicted_cached_tokens",
+    "predicted_cache_read_tokens",
+    "ceiling_requests",
+    "ceiling_prompt_tokens",
+    "ceiling_cache_read_tokens",
+    "ceiling_cached_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +96,15 @@ def by_replica(session: Session, scope: Scope) -> list[Replica]:
         .group_by(REPLICAS.c.model, REPLICAS.c.upstream)
         .order_by(REPLICAS.c.model, REPLICAS.c.upstream)
     )
-    return [Replica(row["model"], row["upstream"], _figures(row))
-            for row in session.execute(query).mappings()]
+    return [
+        Replica(row["model"], row["upstream"], _figures(row))
+        for row in session.execute(query).mappings()
+    ]
 
 
-def routing_trend(session: Session, scope: Scope, edges: Sequence[datetime]
-                  ) -> list[tuple[datetime, ReplicaFigures]]:
+def routing_trend(
+    session: Session, scope: Scope, edges: Sequence[datetime]
+) -> list[tuple[datetime, ReplicaFigures]]:
     """Fleet-wide routing figures per time bucket (see ``aggregates.trend``)."""
     query = (
         select(REPLICAS.c.hour, *_sums())
@@ -105,5 +118,7 @@ def routing_trend(session: Session, scope: Scope, edges: Sequence[datetime]
         if start is not None:
             for name in SUMMED:
                 sums[start][name] += int(row[name] or 0)
-    return [(start, _figures(sums[start]) if start in sums else ReplicaFigures())
-            for start in edges[:-1]]
+    return [
+        (start, _figures(sums[start]) if start in sums else ReplicaFigures())
+        for start in edges[:-1]
+    ]

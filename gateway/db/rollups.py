@@ -39,12 +39,30 @@ UNPRICED = ""  # price_id of unpriced requests in rollup keys (key columns canno
 BUCKETS_PER_DOUBLING = 8
 LOWEST_BUCKET = -80  # 2**-10 ms: anything faster is "instant"
 HIGHEST_BUCKET = 160  # 2**20 ms, about 17 minutes
-COST_COLUMNS = ("cost_uncached", "cost_cache_read", "cost_cache_write", "cost_output",
-                "cost_total", "cost_uncached_equivalent")
+COST_COLUMNS = (
+    "cost_uncached",
+    "cost_cache_read",
+    "cost_cache_write",
+    "cost_output",
+    "cost_total",
+    "cost_uncached_equivalent",
+)
 TOKEN_COLUMNS = ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
-READ_COLUMNS = ("request_id", "tenant_id", "interaction_id", "model", "upstream", "started_at",
-                "first_token_at", "status", *TOKEN_COLUMNS, "predicted_cached_tokens",
-                "ceiling_cached_tokens", "price_id", *COST_COLUMNS)
+READ_COLUMNS = (
+    "request_id",
+    "tenant_id",
+    "interaction_id",
+    "model",
+    "upstream",
+    "started_at",
+    "first_token_at",
+    "status",
+    *TOKEN_COLUMNS,
+    "predicted_cached_tokens",
+    "ceiling_cached_tokens",
+    "price_id",
+    *COST_COLUMNS,
+)
 
 Row = Mapping[str, Any]
 
@@ -106,8 +124,9 @@ def _replica_delta(row: Row) -> dict[str, Any]:
     }
 
 
-def _accumulate(into: dict[tuple[Any, ...], dict[str, Any]], key: tuple[Any, ...],
-                delta: dict[str, Any]) -> None:
+def _accumulate(
+    into: dict[tuple[Any, ...], dict[str, Any]], key: tuple[Any, ...], delta: dict[str, Any]
+) -> None:
     current = into.get(key)
     if current is None:
         into[key] = delta
@@ -126,8 +145,13 @@ def add(connection: Connection, rows: Sequence[Row]) -> None:
     cells: dict[tuple[str, str, str, datetime], tuple[Any, ...]] = {}
     for row in rows:
         hour = hour_of(row["started_at"])
-        usage_key = (hour, row["tenant_id"], row["model"], row["price_id"] or UNPRICED,
-                     row["status"])
+        usage_key = (
+            hour,
+            row["tenant_id"],
+            row["model"],
+            row["price_id"] or UNPRICED,
+            row["status"],
+        )
         _accumulate(usage, usage_key, _usage_delta(row))
         _accumulate(replicas, (hour, row["model"], row["upstream"]), _replica_delta(row))
         if row["first_token_at"] is not None:
@@ -148,18 +172,23 @@ def _dialect(connection: Connection) -> Any:
     return postgresql if connection.dialect.name == "postgresql" else sqlite
 
 
-def _new_cells(connection: Connection, cells: Mapping[tuple[str, str, str, datetime], Any]
-               ) -> list[tuple[str, str, str, datetime]]:
+def _new_cells(
+    connection: Connection, cells: Mapping[tuple[str, str, str, datetime], Any]
+) -> list[tuple[str, str, str, datetime]]:
     """Insert the cells; return those that were new, and flag interactions now in several."""
     if not cells:
         return []
     table: Table = InteractionCellRow.__table__  # type: ignore[assignment]
     statement = (
-        _dialect(connection).insert(table).on_conflict_do_nothing()
+        _dialect(connection)
+        .insert(table)
+        .on_conflict_do_nothing()
         .returning(table.c.tenant_id, table.c.interaction_id, table.c.model, table.c.hour)
     )
-    params = [{"tenant_id": t, "interaction_id": i, "model": m, "hour": h, "spans": False}
-              for t, i, m, h in sorted(cells)]
+    params = [
+        {"tenant_id": t, "interaction_id": i, "model": m, "hour": h, "spans": False}
+        for t, i, m, h in sorted(cells)
+    ]
     new = [(t, i, m, hour_of(h)) for t, i, m, h in connection.execute(statement, params)]
     per_interaction: dict[tuple[str, str], int] = defaultdict(int)
     for tenant, interaction, _model, _hour in new:
@@ -174,16 +203,22 @@ def _new_cells(connection: Connection, cells: Mapping[tuple[str, str, str, datet
         index_elements=["tenant_id", "interaction_id"],
         set_={"cells": counters.c.cells + upsert.excluded.cells},
     ).returning(counters.c.tenant_id, counters.c.interaction_id, counters.c.cells)
-    counts = connection.execute(upsert, [
-        {"tenant_id": t, "interaction_id": i, "cells": n}
-        for (t, i), n in sorted(per_interaction.items())
-    ])
+    counts = connection.execute(
+        upsert,
+        [
+            {"tenant_id": t, "interaction_id": i, "cells": n}
+            for (t, i), n in sorted(per_interaction.items())
+        ],
+    )
     spanning = [{"t": t, "i": i} for t, i, n in counts if n > 1]
     if spanning:
         connection.execute(
             update(table)
-            .where(table.c.tenant_id == bindparam("t"), table.c.interaction_id == bindparam("i"),
-                   table.c.spans.is_(False))
+            .where(
+                table.c.tenant_id == bindparam("t"),
+                table.c.interaction_id == bindparam("i"),
+                table.c.spans.is_(False),
+            )
             .values(spans=True)
             .execution_options(synchronize_session=False),
             sorted(spanning, key=lambda p: (p["t"], p["i"])),
@@ -191,8 +226,9 @@ def _new_cells(connection: Connection, cells: Mapping[tuple[str, str, str, datet
     return new
 
 
-def _upsert(connection: Connection, table: Table,
-            deltas: Mapping[tuple[Any, ...], Mapping[str, Any]]) -> None:
+def _upsert(
+    connection: Connection, table: Table, deltas: Mapping[tuple[Any, ...], Mapping[str, Any]]
+) -> None:
     """Add the deltas to their rows, creating rows that do not exist yet."""
     if not deltas:
         return
@@ -203,9 +239,10 @@ def _upsert(connection: Connection, table: Table,
         index_elements=keys, set_={name: table.c[name] + insert.excluded[name] for name in sums}
     )
     # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
-    connection.execute(statement, [
-        {**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())
-    ])
+    connection.execute(
+        statement,
+        [{**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())],
+    )
 
 
 def rebuild(connection: Connection, batch_size: int = 5000) -> int:

@@ -242,10 +242,13 @@ def _replay_live(
             typer.echo(f"routing efficiency: {100 * summary.token_hit_rate / ceiling:.1f}%")
         typer.echo(f"TTFT p50 {summary.ttft_p50_s:.3f} s, p99 {summary.ttft_p99_s:.3f} s")
         await asyncio.sleep(1.0)  # the gateway writes records in batches
-        recorded = (await record_totals(target, key, start=day,
-                                        end=datetime.now(UTC).date())).minus(before)
-        typer.echo(f"recorded by the gateway: {recorded.requests:,} requests, "
-                   f"{recorded.prompt_tokens:,} prompt tokens, token hit rate "
-                   f"{100 * recorded.token_hit_rate:.2f}%, cost {recorded.cost_total:f} USD")
+        recorded = (
+            await record_totals(target, key, start=day, end=datetime.now(UTC).date())
+        ).minus(before)
+        typer.echo(
+            f"recorded by the gateway: {recorded.requests:,} requests, "
+            f"{recorded.prompt_tokens:,} prompt tokens, token hit rate "
+            f"{100 * recorded.token_hit_rate:.2f}%, cost {recorded.cost_total:f} USD"
+        )
 
     asyncio.run(run())

@@ -237,10 +237,12 @@ class RecordTotals:
     cost_total: Decimal
 
     def minus(self, before: RecordTotals) -> RecordTotals:
-        return RecordTotals(self.requests - before.requests,
-                            self.prompt_tokens - before.prompt_tokens,
-                            self.cache_read_tokens - before.cache_read_tokens,
-                            self.cost_total - before.cost_total)
+        return RecordTotals(
+            self.requests - before.requests,
+            self.prompt_tokens - before.prompt_tokens,
+            self.cache_read_tokens - before.cache_read_tokens,
+            self.cost_total - before.cost_total,
+        )
 
     @property
     def token_hit_rate(self) -> float:
@@ -250,15 +252,17 @@ class RecordTotals:
 async def record_totals(target: str, key: str, *, start: date, end: date) -> RecordTotals:
     """The caller's own recorded totals for UTC days start..end (kvgate's statement API)."""
     url = f"{target.rstrip('/')}/v1/billing/statement?start={start}&end={end}&format=json"
-    async with aiohttp.ClientSession() as session, session.get(
-        url, headers={"Authorization": f"Bearer {key}"}
-    ) as reply:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers={"Authorization": f"Bearer {key}"}) as reply,
+    ):
         if reply.status != 200:
             raise RuntimeError(f"statement request failed ({reply.status}): {await reply.text()}")
         totals = (await reply.json())["totals"]
     return RecordTotals(
         requests=totals["requests"],
-        prompt_tokens=totals["uncached_tokens"] + totals["cache_read_tokens"]
+        prompt_tokens=totals["uncached_tokens"]
+        + totals["cache_read_tokens"]
         + totals["cache_write_tokens"],
         cache_read_tokens=totals["cache_read_tokens"],
         cost_total=Decimal(totals["cost_total"]),

@@ -79,8 +79,13 @@ def _view(replica: Replica, matched_blocks: int) -> ReplicaView:
     if load is not None:
         running = max(running, load.running)
         in_flight = max(in_flight, load.running + load.waiting)
-    return ReplicaView(name=replica.url, matched_blocks=matched_blocks, in_flight=in_flight,
-                       queued_prefill_tokens=replica.queued_prefill_tokens, running=running)
+    return ReplicaView(
+        name=replica.url,
+        matched_blocks=matched_blocks,
+        in_flight=in_flight,
+        queued_prefill_tokens=replica.queued_prefill_tokens,
+        running=running,
+    )
 
 
 def _key(text: str) -> int:
@@ -90,17 +95,20 @@ def _key(text: str) -> int:
 class Fleet:
     """The replicas behind one model name."""
 
-    def __init__(self, deployment: Deployment, *, cooldown_s: float = 5.0,
-                 ceiling: HitCeiling | None = None) -> None:
+    def __init__(
+        self, deployment: Deployment, *, cooldown_s: float = 5.0, ceiling: HitCeiling | None = None
+    ) -> None:
         self.deployment = deployment
         self.cooldown_s = cooldown_s
         self.replicas = [Replica(url) for url in deployment.replica_urls]
         self.policy = deployment.policy
-        self.tunables = Tunables(**deployment.tunables)
-        self.hasher = PromptHasher(model=deployment.served_name,
-                                   block_size=deployment.block_size,
-                                   tokenizer=deployment.tokenizer,
-                                   hash_seed=deployment.hash_seed)
+        self.tunables = Tunables(**deployment.tunables)  # type: ignore[arg-type]  # validated in config
+        self.hasher = PromptHasher(
+            model=deployment.served_name,
+            block_size=deployment.block_size,
+            tokenizer=deployment.tokenizer,
+            hash_seed=deployment.hash_seed,
+        )
         self.index = RoutingIndex(ApproximateIndex(deployment.capacity_blocks))
         self.ceiling = ceiling or HitCeiling()
         self.consumers: list[KvEventConsumer] = []  # made by event_consumers()
@@ -111,9 +119,12 @@ class Fleet:
     def route(self, call: Call, *, cache_salt: str, request_id: str, interaction_id: str) -> Route:
         prompt = self.hasher.prompt(call, cache_salt)
         # The salt is in every hash's root, so one scope per deployment keeps tenants apart.
-        return Route(prompt=prompt,
-                     ceiling_blocks=self.ceiling.observe(self.deployment.name, prompt.hashes),
-                     key=_key(request_id), interaction=_key(interaction_id))
+        return Route(
+            prompt=prompt,
+            ceiling_blocks=self.ceiling.observe(self.deployment.name, prompt.hashes),
+            key=_key(request_id),
+            interaction=_key(interaction_id),
+        )
 
     def place(self, route: Route, *, exclude: frozenset[str] = frozenset()) -> Placement:
         """Choose a replica for one attempt and count it as in flight there."""
@@ -121,13 +132,18 @@ class Fleet:
         candidates = [r for r in self.replicas if r.url not in exclude and r.available(now)]
         if not candidates:
             raise UpstreamUnavailable(
-                f"no healthy replica for model {self.deployment.name!r}; retry shortly")
+                f"no healthy replica for model {self.deployment.name!r}; retry shortly"
+            )
         prompt = route.prompt
         matched = self.index.match_all(prompt.hashes) if prompt.hashes else {}
         views = [_view(r, matched.get(r.url, 0)) for r in candidates]
-        request = RouteRequest(seq=next(self._sequence), key=route.key,
-                               interaction=route.interaction, prompt_tokens=prompt.prompt_tokens,
-                               block_tokens=prompt.block_tokens)
+        request = RouteRequest(
+            seq=next(self._sequence),
+            key=route.key,
+            interaction=route.interaction,
+            prompt_tokens=prompt.prompt_tokens,
+            block_tokens=prompt.block_tokens,
+        )
         chosen = candidates[choose(self.policy, request, views, self.tunables)]
         predicted = matched.get(chosen.url, 0)
         queued = max(prompt.prompt_tokens - predicted * prompt.block_tokens, 0)
@@ -156,8 +172,9 @@ class Fleet:
         else:
             replica.queued_prefill_tokens -= placement.queued_tokens
 
-    def learn(self, route: Route, placement: Placement, *, cached_tokens: int,
-              prompt_tokens: int) -> None:
+    def learn(
+        self, route: Route, placement: Placement, *, cached_tokens: int, prompt_tokens: int
+    ) -> None:
         """Fold a replica's reported cached tokens back into the index."""
         prompt = route.prompt
         reported = self.hasher.reported_blocks(prompt, cached_tokens, prompt_tokens)
@@ -165,8 +182,9 @@ class Fleet:
         predicted = min(placement.predicted_blocks, (prompt_tokens - 1) // prompt.block_tokens)
         if not prompt.exact and predicted - 1 <= reported < predicted:
             reported = predicted  # text chunks only approximate blocks: rounding, not eviction
-        self.index.correct(placement.replica.url, prompt.hashes, reported,
-                           predicted_blocks=predicted)
+        self.index.correct(
+            placement.replica.url, prompt.hashes, reported, predicted_blocks=predicted
+        )
 
     def predicted_tokens(self, route: Route, placement: Placement, prompt_tokens: int) -> int:
         return self.hasher.tokens(route.prompt, placement.predicted_blocks, prompt_tokens)
@@ -181,9 +199,11 @@ class Fleet:
         if not self.deployment.kv_events:
             return []
         self.consumers = [
-            KvEventConsumer(KvEventSource(replica.url, events.endpoint, events.replay_endpoint,
-                                          events.topic),
-                            self.index.exact, on_fresh=self.index.set_fresh)
+            KvEventConsumer(
+                KvEventSource(replica.url, events.endpoint, events.replay_endpoint, events.topic),
+                self.index.exact,
+                on_fresh=self.index.set_fresh,
+            )
             for replica, events in zip(self.replicas, self.deployment.kv_events, strict=True)
         ]
         return self.consumers
@@ -191,8 +211,9 @@ class Fleet:
     async def read_loads(self, session: aiohttp.ClientSession) -> None:
         """Read every replica's /metrics: its load, and how it names blocks."""
         model = self.deployment.served_name
-        loads = await asyncio.gather(*(read_load(session, r.url, model=model)
-                                       for r in self.replicas))
+        loads = await asyncio.gather(
+            *(read_load(session, r.url, model=model) for r in self.replicas)
+        )
         for replica, load in zip(self.replicas, loads, strict=True):
             replica.load = load
             if load is not None and load.cache is not None:

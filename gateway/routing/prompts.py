@@ -45,8 +45,9 @@ class Prompt:
 class PromptHasher:
     """Turns a call into its block hashes under the tenant's salted root."""
 
-    def __init__(self, *, model: str, block_size: int, tokenizer: str | None,
-                 hash_seed: str | None = None) -> None:
+    def __init__(
+        self, *, model: str, block_size: int, tokenizer: str | None, hash_seed: str | None = None
+    ) -> None:
         self.model = model
         self.block_size = block_size
         self.exact = tokenizer is not None
@@ -54,8 +55,9 @@ class PromptHasher:
         self.hash_seed = hash_seed
         self.hashing = BlockHashing("sha256", hash_seed)
         # A model's tokenizer: blocks are hashed once the replicas told their block size.
-        self.tokenizer = (None if tokenizer in (None, SIM_TOKENIZER)
-                          else ChatTokenizer.load(tokenizer))
+        self.tokenizer = (
+            None if tokenizer in (None, SIM_TOKENIZER) else ChatTokenizer.load(tokenizer)
+        )
         self.configured = self.tokenizer is None
 
     def configure(self, cache: CacheConfig) -> None:
@@ -65,27 +67,40 @@ class PromptHasher:
         if cache.hash_algo != self.hashing.algo:
             self.hashing = BlockHashing(cache.hash_algo, self.hash_seed)
         if cache.block_size != self.block_size or not self.configured:
-            log.info("%s: replicas hash blocks of %d tokens with %s", self.model,
-                     cache.block_size, cache.hash_algo)
+            log.info(
+                "%s: replicas hash blocks of %d tokens with %s",
+                self.model,
+                cache.block_size,
+                cache.hash_algo,
+            )
         self.block_size = cache.block_size
         self.configured = True
 
     def prompt(self, call: Call, cache_salt: str) -> Prompt:
         if self.exact:
             try:
-                tokens = _sim_tokens(call) if self.tokenizer is None else _model_tokens(
-                    self.tokenizer, call)
+                tokens = (
+                    _sim_tokens(call)
+                    if self.tokenizer is None
+                    else _model_tokens(self.tokenizer, call)
+                )
             except (TokenizerError, jinja2.TemplateError, KeyError, TypeError, ValueError):
                 # The replica will refuse it with its own error; route it on load alone.
-                return Prompt([], max(1, call.prompt_chars // CHARS_PER_TOKEN),
-                              self.block_size, exact=False)
-            hashes = (self.hashing.keys(tokens, self.block_size, cache_salt)
-                      if self.configured else [])
+                return Prompt(
+                    [], max(1, call.prompt_chars // CHARS_PER_TOKEN), self.block_size, exact=False
+                )
+            hashes = (
+                self.hashing.keys(tokens, self.block_size, cache_salt) if self.configured else []
+            )
             return Prompt(hashes, len(tokens), self.block_size, exact=True)
         root = root_hash(self.model, cache_salt)
         text = _text(call)
-        return Prompt(text_block_hashes(text, chunk_chars=self.chunk_chars, root=root),
-                      max(1, len(text) // CHARS_PER_TOKEN), self.block_size, exact=False)
+        return Prompt(
+            text_block_hashes(text, chunk_chars=self.chunk_chars, root=root),
+            max(1, len(text) // CHARS_PER_TOKEN),
+            self.block_size,
+            exact=False,
+        )
 
     def tokens(self, prompt: Prompt, blocks: int, reported_prompt_tokens: int) -> int:
         """Cached tokens that ``blocks`` leading blocks stand for, as vLLM would report them.
@@ -101,8 +116,9 @@ class PromptHasher:
         usable = (reported_prompt_tokens - 1) // prompt.block_tokens
         return min(blocks, usable) * prompt.block_tokens
 
-    def reported_blocks(self, prompt: Prompt, cached_tokens: int,
-                        reported_prompt_tokens: int) -> int:
+    def reported_blocks(
+        self, prompt: Prompt, cached_tokens: int, reported_prompt_tokens: int
+    ) -> int:
         """Leading blocks of ``prompt.hashes`` that the replica reported as cached."""
         if not prompt.hashes or reported_prompt_tokens <= 0:
             return 0

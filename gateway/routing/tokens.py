@@ -264,4 +264,3 @@ def _chat_template(path: Path, config: Mapping[str, Any]) -> str | None:
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
         template = named.get("default")
     return template if isinstance(template, str) else None
-

@@ -182,9 +182,7 @@ class CacheEvents:
             token_ids=tuple(token_ids[first * size : (last + 1) * size]),
             block_size=size,
             medium=MEDIUM_GPU,
-            extra_keys=tuple(
-                (cache_salt,) if i == 0 and cache_salt else None for i in run
-            ),
+            extra_keys=tuple((cache_salt,) if i == 0 and cache_salt else None for i in run),
         )
 
 

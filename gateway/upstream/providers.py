@@ -72,8 +72,11 @@ def failure(exc: Exception, model: str) -> ProviderFailure:
     connect = name in {"APIConnectionError", "Timeout", "ServiceUnavailableError"}
     retryable = connect or status is None or status == 429 or status >= 500
     message = " ".join(str(getattr(exc, "message", None) or exc).split())
-    return ProviderFailure(f"{model}: {name} ({status or 'no status'}): {message[:300]}",
-                           status=status, retryable=retryable)
+    return ProviderFailure(
+        f"{model}: {name} ({status or 'no status'}): {message[:300]}",
+        status=status,
+        retryable=retryable,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +102,9 @@ class Reply:
 def service_tier(data: Mapping[str, Any]) -> str | None:
     """The tier the provider says it served (OpenAI: top level; Anthropic: inside usage)."""
     usage = data.get("usage")
-    tier = data.get("service_tier") or (usage.get("service_tier") if isinstance(usage, dict)
-                                        else None)
+    tier = data.get("service_tier") or (
+        usage.get("service_tier") if isinstance(usage, dict) else None
+    )
     return str(tier) if tier else None
 
 
@@ -133,8 +137,11 @@ def mark_stable_prefix(body: dict[str, Any], ttl: str) -> None:
         else:
             return
         parts[-1] = {**parts[-1], "cache_control": marks}
-        body["messages"] = [*messages[:index], {**message, "content": parts},
-                            *messages[index + 1:]]
+        body["messages"] = [
+            *messages[:index],
+            {**message, "content": parts},
+            *messages[index + 1 :],
+        ]
         return
 
 
@@ -146,8 +153,11 @@ def prompt_estimate(body: Mapping[str, Any]) -> int:
         if isinstance(content, str):
             chars += len(content)
         elif isinstance(content, list):
-            chars += sum(len(p.get("text", "")) for p in content
-                         if isinstance(p, dict) and isinstance(p.get("text", ""), str))
+            chars += sum(
+                len(p.get("text", ""))
+                for p in content
+                if isinstance(p, dict) and isinstance(p.get("text", ""), str)
+            )
     return chars // CHARS_PER_TOKEN
 
 
@@ -247,12 +257,20 @@ class ProviderStream:
         """Tokens of a stream that did not finish: its reported prompt, output counted."""
         reported = self._reported()
         if reported is None:
-            return Usage(uncached_tokens=self._estimate, output_tokens=self.content_chunks,
-                         source=UsageSource.ESTIMATED)
+            return Usage(
+                uncached_tokens=self._estimate,
+                output_tokens=self.content_chunks,
+                source=UsageSource.ESTIMATED,
+            )
         usage = from_litellm(reported)
-        return Usage(usage.uncached_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
-                     max(usage.output_tokens, self.content_chunks), UsageSource.ESTIMATED,
-                     usage.cache_write_1h_tokens)
+        return Usage(
+            usage.uncached_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            max(usage.output_tokens, self.content_chunks),
+            UsageSource.ESTIMATED,
+            usage.cache_write_1h_tokens,
+        )
 
     async def close(self) -> None:
         """Stop reading; closing litellm's stream closes the provider connection."""
@@ -276,8 +294,11 @@ def bundled_price_map() -> tuple[str, dict[str, Any]]:
 
     spec = find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
-        raise ProviderFailure("litellm is not installed: pip install 'kvgate[providers]'",
-                              status=None, retryable=False)
+        raise ProviderFailure(
+            "litellm is not installed: pip install 'kvgate[providers]'",
+            status=None,
+            retryable=False,
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / PRICE_MAP_FILE
     data = orjson.loads(path.read_bytes())
     return version("litellm"), data if isinstance(data, dict) else {}
@@ -353,8 +374,12 @@ class Providers:
         choices = body.get("choices") or [{}]
         finish = choices[0].get("finish_reason") if isinstance(choices[0], dict) else None
         tier = service_tier({"service_tier": body.get("service_tier"), "usage": raw_usage})
-        return Reply(body=body, usage=from_litellm(raw_usage), service_tier=tier,
-                     finish_reason=str(finish) if finish else None)
+        return Reply(
+            body=body,
+            usage=from_litellm(raw_usage),
+            service_tier=tier,
+            finish_reason=str(finish) if finish else None,
+        )
 
     async def open_stream(self, request: ProviderRequest) -> ProviderStream:
         litellm = self.load()

@@ -57,8 +57,9 @@ async def post_json(
 class UpstreamStream:
     """A streaming POST: the status first, then the body's bytes as they arrive."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, body: bytes,
-                 timeout: aiohttp.ClientTimeout) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, url: str, body: bytes, timeout: aiohttp.ClientTimeout
+    ) -> None:
         self._context = session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout)
         self._reply: aiohttp.ClientResponse | None = None
         self.url = url

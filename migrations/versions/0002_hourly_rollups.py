@@ -33,13 +33,32 @@ def upgrade() -> None:
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("price_id", sa.String(length=300), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
-        *_sums("requests", "uncached_tokens", "cache_read_tokens", "cache_write_tokens",
-               "output_tokens"),
-        *[sa.Column(name, MONEY, nullable=False) for name in (
-            "cost_uncached", "cost_cache_read", "cost_cache_write", "cost_output", "cost_total",
-            "cost_uncached_equivalent")],
-        *_sums("completed_cells", "ceiling_requests", "ceiling_prompt_tokens",
-               "ceiling_cache_read_tokens", "ceiling_cached_tokens", "avoidable_miss_tokens"),
+        *_sums(
+            "requests",
+            "uncached_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+        ),
+        *[
+            sa.Column(name, MONEY, nullable=False)
+            for name in (
+                "cost_uncached",
+                "cost_cache_read",
+                "cost_cache_write",
+                "cost_output",
+                "cost_total",
+                "cost_uncached_equivalent",
+            )
+        ],
+        *_sums(
+            "completed_cells",
+            "ceiling_requests",
+            "ceiling_prompt_tokens",
+            "ceiling_cache_read_tokens",
+            "ceiling_cached_tokens",
+            "avoidable_miss_tokens",
+        ),
         sa.PrimaryKeyConstraint("hour", "tenant_id", "model", "price_id", "status"),
     )
     op.create_table(
@@ -47,10 +66,20 @@ def upgrade() -> None:
         sa.Column("hour", sa.DateTime(timezone=True), nullable=False),
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("upstream", sa.String(length=500), nullable=False),
-        *_sums("requests", "failed_requests", "prompt_tokens", "cache_read_tokens",
-               "output_tokens", "predicted_requests", "predicted_cached_tokens",
-               "predicted_cache_read_tokens", "ceiling_requests", "ceiling_prompt_tokens",
-               "ceiling_cache_read_tokens", "ceiling_cached_tokens"),
+        *_sums(
+            "requests",
+            "failed_requests",
+            "prompt_tokens",
+            "cache_read_tokens",
+            "output_tokens",
+            "predicted_requests",
+            "predicted_cached_tokens",
+            "predicted_cache_read_tokens",
+            "ceiling_requests",
+            "ceiling_prompt_tokens",
+            "ceiling_cache_read_tokens",
+            "ceiling_cached_tokens",
+        ),
         sa.PrimaryKeyConstraint("hour", "model", "upstream"),
     )
     op.create_table(
@@ -81,8 +110,11 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("interaction_cells", schema=None) as batch_op:
         batch_op.create_index(
-            "ix_interaction_cells_spans_hour", ["hour"], unique=False,
-            postgresql_where=sa.text("spans"), sqlite_where=sa.text("spans"),
+            "ix_interaction_cells_spans_hour",
+            ["hour"],
+            unique=False,
+            postgresql_where=sa.text("spans"),
+            sqlite_where=sa.text("spans"),
         )
     bind = op.get_bind()
     if bind.execute(sa.text("SELECT 1 FROM requests LIMIT 1")).first() is not None:

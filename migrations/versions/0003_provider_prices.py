@@ -19,11 +19,13 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("prices", schema=None) as batch_op:
         batch_op.add_column(
-            sa.Column("cache_write_1h", sa.Numeric(precision=18, scale=9), nullable=True))
+            sa.Column("cache_write_1h", sa.Numeric(precision=18, scale=9), nullable=True)
+        )
         batch_op.add_column(sa.Column("variants", sa.Text(), nullable=True))
     with op.batch_alter_table("requests", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("cache_write_1h_tokens", sa.Integer(), nullable=False,
-                                      server_default="0"))
+        batch_op.add_column(
+            sa.Column("cache_write_1h_tokens", sa.Integer(), nullable=False, server_default="0")
+        )
         batch_op.add_column(sa.Column("service_tier", sa.String(length=32), nullable=True))
 
 

@@ -39,8 +39,9 @@ async def test_concurrent_records_share_journal_writes(tmp_path: Path) -> None:
     assert writes < 20  # grouped, not one write per record
 
 
-async def test_records_reach_the_database_and_the_journal_is_emptied(database_url: str,
-                                                                     tmp_path: Path) -> None:
+async def test_records_reach_the_database_and_the_journal_is_emptied(
+    database_url: str, tmp_path: Path
+) -> None:
     engine = make_engine(database_url)
     recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.02, batch_size=7)
     recorder.start()
@@ -130,8 +131,14 @@ async def test_a_writer_process_drains_the_journal_and_stops_with_the_recorder(
     database_url: str, tmp_path: Path
 ) -> None:
     engine = make_engine(database_url)
-    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.02, batch_size=7,
-                        database_url=database_url, process=True)
+    recorder = Recorder(
+        engine=engine,
+        journal_dir=tmp_path,
+        flush_interval_s=0.02,
+        batch_size=7,
+        database_url=database_url,
+        process=True,
+    )
     recorder.start()
     await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(40)))
     assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 40, 20)
@@ -148,8 +155,13 @@ async def test_a_writer_process_waits_out_a_database_outage(tmp_path: Path) -> N
     database_dir = tmp_path / "db-not-there-yet"
     url = f"sqlite:///{database_dir / 'kvgate.db'}"
     engine = make_engine(url)
-    recorder = Recorder(engine=engine, journal_dir=tmp_path / "journal", flush_interval_s=0.02,
-                        database_url=url, process=True)
+    recorder = Recorder(
+        engine=engine,
+        journal_dir=tmp_path / "journal",
+        flush_interval_s=0.02,
+        database_url=url,
+        process=True,
+    )
     recorder.start()
     await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(20)))
     assert await asyncio.to_thread(wait_until, lambda: recorder.stats.db_errors > 0, 20)
@@ -162,13 +174,20 @@ async def test_a_writer_process_waits_out_a_database_outage(tmp_path: Path) -> N
     engine.dispose()
 
 
-async def test_a_writer_process_stops_on_repeated_sigterm(database_url: str, tmp_path: Path) -> None:
+async def test_a_writer_process_stops_on_repeated_sigterm(
+    database_url: str, tmp_path: Path
+) -> None:
     """SIGTERM (from the gateway's death, and from a supervisor) never deadlocks the writer."""
     import signal as signals
 
     engine = make_engine(database_url)
-    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.05,
-                        database_url=database_url, process=True)
+    recorder = Recorder(
+        engine=engine,
+        journal_dir=tmp_path,
+        flush_interval_s=0.05,
+        database_url=database_url,
+        process=True,
+    )
     recorder.start()
     await recorder.record(make_record("req_term"))
     assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 1, 20)

@@ -20,10 +20,24 @@ from pricing.book import Price, PriceBook, price_from_mapping
 from pricing.cost import Cost, compute
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
-JAN = price_from_mapping({"model": "m", "effective_from": "2026-01-01", "input": "0.20",
-                          "cache_read": "0.02", "output": "0.60"})
-JUL = price_from_mapping({"model": "m", "effective_from": "2026-07-01", "input": "0.15",
-                          "cache_read": "0.015", "output": "0.45"})
+JAN = price_from_mapping(
+    {
+        "model": "m",
+        "effective_from": "2026-01-01",
+        "input": "0.20",
+        "cache_read": "0.02",
+        "output": "0.60",
+    }
+)
+JUL = price_from_mapping(
+    {
+        "model": "m",
+        "effective_from": "2026-07-01",
+        "input": "0.15",
+        "cache_read": "0.015",
+        "output": "0.45",
+    }
+)
 BOOK = PriceBook([JAN, JUL])
 FIRST_DAY, LAST_DAY = date(2026, 6, 30), date(2026, 7, 1)
 
@@ -33,20 +47,42 @@ def at(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
     return datetime(2026, month, day, hour, minute, second, tzinfo=UTC)
 
 
-def make(n: int, tenant: str, started: datetime, usage: Usage, *, interaction: str,
-         status: Status = Status.COMPLETED, model: str = "m", attempt: int = 1,
-         upstream: str = "http://r1", ttft_ms: float | None = None,
-         predicted: int | None = None, ceiling: int | None = None,
-         error: str | None = None) -> Record:
+def make(
+    n: int,
+    tenant: str,
+    started: datetime,
+    usage: Usage,
+    *,
+    interaction: str,
+    status: Status = Status.COMPLETED,
+    model: str = "m",
+    attempt: int = 1,
+    upstream: str = "http://r1",
+    ttft_ms: float | None = None,
+    predicted: int | None = None,
+    ceiling: int | None = None,
+    error: str | None = None,
+) -> Record:
     price: Price | None = BOOK.price_for(model, at=started)
     return Record(
-        request_id=f"req_{n}", tenant_id=tenant, api_key_id="key", model=model,
-        interaction_id=interaction, deployment=model, upstream=upstream, attempt=attempt,
-        started_at=started, ended_at=started + timedelta(seconds=2),
+        request_id=f"req_{n}",
+        tenant_id=tenant,
+        api_key_id="key",
+        model=model,
+        interaction_id=interaction,
+        deployment=model,
+        upstream=upstream,
+        attempt=attempt,
+        started_at=started,
+        ended_at=started + timedelta(seconds=2),
         first_token_at=None if ttft_ms is None else started + timedelta(milliseconds=ttft_ms),
-        status=status, usage=usage, price_id=price.id if price else None,
-        cost=compute(usage, price) if price else Cost(), predicted_cached_tokens=predicted,
-        ceiling_cached_tokens=ceiling, error=error,
+        status=status,
+        usage=usage,
+        price_id=price.id if price else None,
+        cost=compute(usage, price) if price else Cost(),
+        predicted_cached_tokens=predicted,
+        ceiling_cached_tokens=ceiling,
+        error=error,
     )
 
 
@@ -64,17 +100,52 @@ def world_records(a: str, b: str) -> list[Record]:
     conversation completing in two hours, an unpriced model and routing data on some."""
     return [
         make(1, a, at(30, 10, 5), Usage(1000, 0, 0, 100), interaction="i1", ttft_ms=400),
-        make(2, a, at(30, 10, 20), Usage(200, 800, 0, 50), interaction="i2", ttft_ms=100,
-             upstream="http://r2", predicted=800, ceiling=900),
-        make(3, a, at(1, 0, 0, 1), Usage(500, 0, 0, 10), interaction="conv", attempt=1,
-             status=Status.FAILED, upstream="http://r2", error="upstream 503"),
-        make(4, a, at(1, 0, 0, 3), Usage(333, 777, 0, 999), interaction="conv", attempt=2,
-             ttft_ms=120, predicted=700, ceiling=1000),
-        make(5, a, at(1, 5, 0), Usage(7, 0, 0, 1), interaction="i5", model="unpriced",
-             ttft_ms=800),
+        make(
+            2,
+            a,
+            at(30, 10, 20),
+            Usage(200, 800, 0, 50),
+            interaction="i2",
+            ttft_ms=100,
+            upstream="http://r2",
+            predicted=800,
+            ceiling=900,
+        ),
+        make(
+            3,
+            a,
+            at(1, 0, 0, 1),
+            Usage(500, 0, 0, 10),
+            interaction="conv",
+            attempt=1,
+            status=Status.FAILED,
+            upstream="http://r2",
+            error="upstream 503",
+        ),
+        make(
+            4,
+            a,
+            at(1, 0, 0, 3),
+            Usage(333, 777, 0, 999),
+            interaction="conv",
+            attempt=2,
+            ttft_ms=120,
+            predicted=700,
+            ceiling=1000,
+        ),
+        make(5, a, at(1, 5, 0), Usage(7, 0, 0, 1), interaction="i5", model="unpriced", ttft_ms=800),
         make(6, b, at(1, 0, 30), Usage(10**6, 0, 0, 0), interaction="i6", ttft_ms=2000),
-        make(7, a, at(1, 6, 10), Usage(100, 900, 0, 20), interaction="conv", ttft_ms=90,
-             upstream="http://r2", predicted=900, ceiling=950),
+        make(
+            7,
+            a,
+            at(1, 6, 10),
+            Usage(100, 900, 0, 20),
+            interaction="conv",
+            ttft_ms=90,
+            upstream="http://r2",
+            predicted=900,
+            ceiling=950,
+        ),
     ]
 
 
@@ -99,8 +170,15 @@ def world(database_url: str) -> Iterator[World]:
     engine.dispose()
 
 
-def open_app(url: str, monkeypatch: pytest.MonkeyPatch, *, page: str | None = None,
-             start: date = FIRST_DAY, end: date = LAST_DAY, zone: str = "UTC") -> AppTest:
+def open_app(
+    url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    page: str | None = None,
+    start: date = FIRST_DAY,
+    end: date = LAST_DAY,
+    zone: str = "UTC",
+) -> AppTest:
     """The dashboard on ``url``, showing start..end in ``zone``, on ``page`` (a file)."""
     monkeypatch.setenv("KVGATE_DATABASE_URL", url)
     monkeypatch.delenv("KVGATE_DASHBOARD_PASSWORD", raising=False)

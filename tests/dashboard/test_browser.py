@@ -24,8 +24,15 @@ from tests.support.processes import Proc, free_port, wait_http
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run"]
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = [
     pytest.mark.e2e,
@@ -51,7 +58,9 @@ def dashboard(tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "dashboard.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "dashboard", "--port", str(port)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     proc = Proc(process, f"http://127.0.0.1:{port}", log)
     try:
@@ -76,8 +85,9 @@ def test_the_overview_renders_its_figures_and_charts_in_chromium(dashboard: str)
             page.get_by_role("heading", name="Overview").wait_for(timeout=30_000)
             metrics = page.locator('[data-testid="stMetric"]')
             metrics.nth(11).wait_for(timeout=30_000)
-            charts = page.locator('[data-testid="stVegaLiteChart"] canvas, '
-                                  '[data-testid="stVegaLiteChart"] svg.marks')
+            charts = page.locator(
+                '[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg.marks'
+            )
             charts.nth(3).wait_for(timeout=30_000)
             page.wait_for_timeout(500)  # let the charts finish drawing for the screenshot
             page.screenshot(path=str(shot), full_page=True)

@@ -18,19 +18,37 @@ from tests.support.processes import Proc, free_port, wait_http, wait_recorded
 pytestmark = pytest.mark.e2e
 
 
-def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_path: Path
-                                                                           ) -> None:
+def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     port, dashboard = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVGATE_")}
-    env.update({"KVGATE_DATABASE_URL": url, "KVGATE_JOURNAL_DIR": str(tmp_path / "journal"),
-                "KVGATE_RECORDER_FLUSH_INTERVAL_S": "0.05", "HOME": str(tmp_path)})
+    env.update(
+        {
+            "KVGATE_DATABASE_URL": url,
+            "KVGATE_JOURNAL_DIR": str(tmp_path / "journal"),
+            "KVGATE_RECORDER_FLUSH_INTERVAL_S": "0.05",
+            "HOME": str(tmp_path),
+        }
+    )
     log = tmp_path / "demo.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "demo", "--port", str(port),
-         "--sim-ports", f"{free_port()},{free_port()}", "--workdir", str(tmp_path / "demo"),
-         "--dashboard-port", str(dashboard)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "demo",
+            "--port",
+            str(port),
+            "--sim-ports",
+            f"{free_port()},{free_port()}",
+            "--workdir",
+            str(tmp_path / "demo"),
+            "--dashboard-port",
+            str(dashboard),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     demo = Proc(process, f"http://127.0.0.1:{port}", log)
     try:
@@ -43,14 +61,20 @@ def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_p
         engine = make_engine(url)
         with engine.connect() as connection:
             tenants = set(connection.scalars(select(TenantRow.name)))
-            by_status = dict(connection.execute(
-                select(RequestRow.status, func.count()).group_by(RequestRow.status)).all())
+            by_status = dict(
+                connection.execute(
+                    select(RequestRow.status, func.count()).group_by(RequestRow.status)
+                ).all()
+            )
             cached = connection.scalar(select(func.sum(RequestRow.cache_read_tokens)))
             retried = connection.scalar(
                 select(func.count()).select_from(
                     select(RequestRow.interaction_id)
                     .group_by(RequestRow.tenant_id, RequestRow.interaction_id)
-                    .having(func.count(func.distinct(RequestRow.status)) > 1).subquery()))
+                    .having(func.count(func.distinct(RequestRow.status)) > 1)
+                    .subquery()
+                )
+            )
         engine.dispose()
     finally:
         demo.stop()

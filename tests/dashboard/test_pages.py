@@ -49,8 +49,9 @@ def chart_values(chart: Any) -> list[dict[str, Any]]:
     tables = [dataset.data.data for dataset in chart.proto.datasets]
     if chart.proto.data.data:
         tables.append(chart.proto.data.data)
-    return [row for table in tables
-            for row in pyarrow.ipc.open_stream(table).read_all().to_pylist()]
+    return [
+        row for table in tables for row in pyarrow.ipc.open_stream(table).read_all().to_pylist()
+    ]
 
 
 def texts(app: AppTest, kind: str) -> str:
@@ -85,7 +86,8 @@ def expected(records: list[Record]) -> dict[str, str]:
         "Token hit rate": formatting.percent(D(read) / prompt),
         "Routing efficiency": formatting.percent(
             D(sum(r.usage.cache_read_tokens for r in routed))
-            / sum(r.ceiling_cached_tokens or 0 for r in routed)),
+            / sum(r.ceiling_cached_tokens or 0 for r in routed)
+        ),
         "Saved by the cache": formatting.money(equivalent - total),
         "Lost to avoidable misses": formatting.money(avoidable),
     }
@@ -101,7 +103,11 @@ def test_overview_figures_equal_those_computed_from_the_records(
     assert shown["Completed interactions"] == "5"
     # Cold: 400, 800, 2000 ms; warm: 90, 100, 120 ms (nearest rank, bucket upper edges).
     assert [shown[f"TTFT {k}"] for k in ("cold p50", "cold p90", "warm p50", "warm p90")] == [
-        ttft_edge(800), ttft_edge(2000), ttft_edge(100), ttft_edge(120)]
+        ttft_edge(800),
+        ttft_edge(2000),
+        ttft_edge(100),
+        ttft_edge(120),
+    ]
     drawn = charts(app)
     assert len(drawn) == 4
     assert json.loads(drawn[0].proto.spec)["title"] == "Spend and cache value per hour (USD)"
@@ -109,11 +115,13 @@ def test_overview_figures_equal_those_computed_from_the_records(
     # Hourly buckets over two days; the 00:00 UTC bucket of July 1 holds 3, 4 and 6.
     july_first = next(v for v in spend if v["at"] == "2026-07-01T00:00:00Z")
     assert D(str(july_first["value"])) == sum(
-        (r.cost.total for r in world.records[2:4] + world.records[5:6]), D(0))
+        (r.cost.total for r in world.records[2:4] + world.records[5:6]), D(0)
+    )
 
 
-def test_overview_filters_by_tenant_and_model(world: World, monkeypatch: pytest.MonkeyPatch
-                                              ) -> None:
+def test_overview_filters_by_tenant_and_model(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = open_app(world.url, monkeypatch)
     app.multiselect(key="tenants").set_value([world.a])
     app.multiselect(key="models").set_value(["m"]).run()
@@ -123,13 +131,16 @@ def test_overview_filters_by_tenant_and_model(world: World, monkeypatch: pytest.
     assert shown["Completed interactions"] == "3"  # i1, i2, conv
 
 
-def test_overview_reads_days_in_the_viewers_zone(world: World, monkeypatch: pytest.MonkeyPatch
-                                                 ) -> None:
+def test_overview_reads_days_in_the_viewers_zone(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """July 1 in Tokyo (UTC+9) is June 30 15:00 to July 1 15:00 UTC: records 3 to 7."""
-    app = open_app(world.url, monkeypatch, zone="Asia/Tokyo", start=date(2026, 7, 1),
-                   end=date(2026, 7, 1))
+    app = open_app(
+        world.url, monkeypatch, zone="Asia/Tokyo", start=date(2026, 7, 1), end=date(2026, 7, 1)
+    )
     assert metrics(app)["Spend"] == formatting.money(
-        sum((r.cost.total for r in world.records[2:]), D(0)))
+        sum((r.cost.total for r in world.records[2:]), D(0))
+    )
 
 
 def test_overview_without_traffic_in_the_period_says_where_traffic_is(
@@ -138,7 +149,8 @@ def test_overview_without_traffic_in_the_period_says_where_traffic_is(
     app = open_app(world.url, monkeypatch, start=date(2026, 8, 1), end=date(2026, 8, 2))
     assert not app.metric
     assert "Traffic runs from 2026-06-30 10:00:00.000 to 2026-07-01 07:00:00.000" in texts(
-        app, "info")
+        app, "info"
+    )
 
 
 @pytest.mark.parametrize("page", [None, "tenants", "models", "routing", "requests"])
@@ -190,13 +202,18 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
     assert list(table) == ["bravo", "acme"]  # biggest spender first
     app.selectbox(key="tenant").set_value(world.a).run()
     with world.sessions() as session:
-        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="acme"),
-                                            start=date(2026, 6, 30), end=date(2026, 7, 1))
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="acme"),
+            start=date(2026, 6, 30),
+            end=date(2026, 7, 1),
+        )
     assert download(app, media, "statement_csv") == billing.render(statement, "csv")[0]
     assert download(app, media, "statement_json") == billing.render(statement, "json")[0]
     assert metrics(app)["Completed interactions"] == str(statement.totals.completed_interactions)
     assert metrics(app)["Cost per completed interaction"] == formatting.money(
-        statement.totals.cost_per_completed_interaction)
+        statement.totals.cost_per_completed_interaction
+    )
 
 
 def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
@@ -205,12 +222,13 @@ def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
     app = open_app(world.url, monkeypatch, page="models")
     book = app.dataframe[0].value.to_dict("records")
     assert [(r["model"], r["input / 1M"], r["cache read / 1M"]) for r in book] == [
-        ("m", D("0.200000000"), D("0.020000000")), ("m", D("0.150000000"), D("0.015000000"))]
+        ("m", D("0.200000000"), D("0.020000000")),
+        ("m", D("0.150000000"), D("0.015000000")),
+    ]
     paid = app.dataframe[1].value.to_dict("records")
     for row, price in zip(paid, (JAN, JUL), strict=True):
         under = [r for r in world.records if r.price_id == price.id]
-        cost = sum((r.cost.uncached + r.cost.cache_read + r.cost.cache_write for r in under),
-                   D(0))
+        cost = sum((r.cost.uncached + r.cost.cache_read + r.cost.cache_write for r in under), D(0))
         prompt = sum(r.usage.prompt_tokens for r in under)
         assert row["list input / 1M"] == price.input
         assert row["paid input / 1M"] == cost * PER_MILLION / prompt
@@ -219,7 +237,8 @@ def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
     assert paid[0]["paid input / 1M"] == D("0.128")
     assert "1 attempts in this period had no price entry" in texts(app, "warning")
     assert app.dataframe[2].value.to_dict("records") == [
-        {"model": "unpriced", "attempts": 1, "prompt tokens": 7, "output tokens": 1}]
+        {"model": "unpriced", "attempts": 1, "prompt tokens": 7, "output tokens": 1}
+    ]
     assert len(charts(app)) == 2
 
 
@@ -227,15 +246,15 @@ def test_routing_page_compares_predictions_and_ceilings_per_replica(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = open_app(world.url, monkeypatch, page="routing")
-    rows = {(r["model"], r["replica"]): r
-            for r in app.dataframe[0].value.to_dict("records")}
+    rows = {(r["model"], r["replica"]): r for r in app.dataframe[0].value.to_dict("records")}
     r2 = [r for r in world.records if r.upstream == "http://r2"]
     assert rows[("m", "http://r2")]["attempts"] == 3
     assert rows[("m", "http://r2")]["failed"] == 1
     assert rows[("m", "http://r2")]["predicted cached tokens"] == 800 + 900
     assert rows[("m", "http://r2")]["reported cached tokens (predicted requests)"] == 800 + 900
     assert rows[("m", "http://r2")]["token hit rate"] == D(
-        sum(r.usage.cache_read_tokens for r in r2)) / sum(r.usage.prompt_tokens for r in r2)
+        sum(r.usage.cache_read_tokens for r in r2)
+    ) / sum(r.usage.prompt_tokens for r in r2)
     unrouted = rows[("unpriced", "http://r1")]["predicted cached tokens"]
     assert unrouted is None or math.isnan(unrouted)  # an empty cell
     assert "No routing data yet" not in texts(app, "info")
@@ -245,8 +264,9 @@ def test_routing_page_compares_predictions_and_ceilings_per_replica(
 def test_routing_page_before_routing_records_anything_says_so(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = open_app(world.url, monkeypatch, page="routing", start=date(2026, 6, 30),
-                   end=date(2026, 6, 30))
+    app = open_app(
+        world.url, monkeypatch, page="routing", start=date(2026, 6, 30), end=date(2026, 6, 30)
+    )
     assert "No routing data yet" not in texts(app, "info")  # record 2 carries a ceiling
     app.multiselect(key="models").set_value(["unpriced"])
     app.date_input(key="period").set_value((date(2026, 7, 1), date(2026, 7, 1))).run()
@@ -256,22 +276,33 @@ def test_routing_page_before_routing_records_anything_says_so(
 def test_requests_page_lists_filters_and_looks_up_every_attempt(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = open_app(world.url, monkeypatch, page="requests", zone="Asia/Tokyo",
-                   start=date(2026, 6, 30), end=date(2026, 7, 2))
+    app = open_app(
+        world.url,
+        monkeypatch,
+        page="requests",
+        zone="Asia/Tokyo",
+        start=date(2026, 6, 30),
+        end=date(2026, 7, 2),
+    )
     latest = app.dataframe(key="recent").value.to_dict("records")
     assert [r["request id"] for r in latest] == [f"req_{n}" for n in (7, 5, 6, 4, 3, 2, 1)]
     assert latest[0]["started (Asia/Tokyo)"] == "2026-07-01 15:10:00.000"  # 06:10 UTC
     assert latest[0]["cost total"] == world.records[6].cost.total
     app.selectbox(key="req_status").set_value("failed").run()
     assert [r["request id"] for r in app.dataframe(key="recent").value.to_dict("records")] == [
-        "req_3"]
+        "req_3"
+    ]
     app.text_input(key="lookup").set_value("req_7").run()
     attempts = app.dataframe(key="attempts").value.to_dict("records")
     assert [(r["request id"], r["attempt"], r["status"]) for r in attempts] == [
-        ("req_3", 1, "failed"), ("req_4", 2, "completed"), ("req_7", 1, "completed")]
+        ("req_3", 1, "failed"),
+        ("req_4", 2, "completed"),
+        ("req_7", 1, "completed"),
+    ]
     conversation = world.records[2:4] + world.records[6:7]
     assert formatting.money(sum((r.cost.total for r in conversation), D(0))) in texts(
-        app, "caption")
+        app, "caption"
+    )
     app.text_input(key="lookup").set_value("conv").run()
     assert len(app.dataframe(key="attempts").value) == 3
     app.text_input(key="lookup").set_value("nope").run()

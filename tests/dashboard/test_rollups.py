@@ -44,7 +44,8 @@ def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
     with engine.connect() as connection:
         return {
             model.__tablename__: sorted(
-                tuple(row) for row in connection.execute(select(model.__table__)))
+                tuple(row) for row in connection.execute(select(model.__table__))
+            )
             for model in ROLLUPS
         }
 
@@ -52,11 +53,15 @@ def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
 def test_rollup_sums_equal_the_requests_sums(world: World) -> None:
     columns = [*rollups.TOKEN_COLUMNS, *rollups.COST_COLUMNS]
     with world.sessions() as session:
-        raw = session.execute(select(func.count(), *[func.sum(getattr(RequestRow, c))
-                                                      for c in columns])).one()
-        rolled = session.execute(select(func.sum(UsageHourRow.requests),
-                                        *[func.sum(getattr(UsageHourRow, c))
-                                          for c in columns])).one()
+        raw = session.execute(
+            select(func.count(), *[func.sum(getattr(RequestRow, c)) for c in columns])
+        ).one()
+        rolled = session.execute(
+            select(
+                func.sum(UsageHourRow.requests),
+                *[func.sum(getattr(UsageHourRow, c)) for c in columns],
+            )
+        ).one()
     assert tuple(rolled) == tuple(raw)
     assert rolled[-2] == sum((r.cost.total for r in world.records), Decimal(0))
 
@@ -66,14 +71,20 @@ def test_a_replayed_batch_adds_only_its_new_records(world: World) -> None:
     before = snapshot(engine)
     insert_records(engine, world.records)  # a whole replay: nothing new
     assert snapshot(engine) == before
-    extra = replace(world.records[0], request_id="req_new", interaction_id="i1",
-                    started_at=at(30, 10, 40), ended_at=at(30, 10, 41))
+    extra = replace(
+        world.records[0],
+        request_id="req_new",
+        interaction_id="i1",
+        started_at=at(30, 10, 40),
+        ended_at=at(30, 10, 41),
+    )
     insert_records(engine, [*world.records[:3], extra, extra])
     insert_records(engine, [extra])
     with engine.connect() as connection:
         hour = connection.execute(
-            select(UsageHourRow.requests, UsageHourRow.cost_total, UsageHourRow.completed_cells)
-            .where(UsageHourRow.hour == at(30, 10), UsageHourRow.tenant_id == world.a)
+            select(
+                UsageHourRow.requests, UsageHourRow.cost_total, UsageHourRow.completed_cells
+            ).where(UsageHourRow.hour == at(30, 10), UsageHourRow.tenant_id == world.a)
         ).one()
     first, second = world.records[0], world.records[1]
     # i1 already completed in this hour: the new attempt adds cost but no interaction cell.
@@ -90,23 +101,33 @@ def test_completed_interactions_equal_billings_for_every_period(world: World) ->
             figures = aggregates.by_tenant(session, Scope(lower, upper))
             for tenant in (world.a, world.b):
                 expected = queries.period_completed_interactions(
-                    session, tenant_id=tenant, lower=lower, upper=upper)
+                    session, tenant_id=tenant, lower=lower, upper=upper
+                )
                 got = figures[tenant].completed_interactions if tenant in figures else 0
                 assert got == expected, (start, end, tenant)
         everyone = aggregates.totals(session, Scope(*queries.day_bounds(days[0], days[1])))
         only_m = aggregates.totals(session, replace(EVERYTHING, models=("m",)))
     assert everyone.completed_interactions == len(
-        {(r.tenant_id, r.interaction_id) for r in world.records if r.status == "completed"})
+        {(r.tenant_id, r.interaction_id) for r in world.records if r.status == "completed"}
+    )
     assert only_m.completed_interactions == 4  # i1, i2, conv (a) and i6 (b); i5 is unpriced
 
 
 def test_daily_buckets_count_an_interaction_in_each_day_it_completed(world: World) -> None:
     engine = make_engine(world.url)
-    later = replace(world.records[1], request_id="req_turn", started_at=at(1, 9),
-                    ended_at=at(1, 9, 1), interaction_id="i2")
+    later = replace(
+        world.records[1],
+        request_id="req_turn",
+        started_at=at(1, 9),
+        ended_at=at(1, 9, 1),
+        interaction_id="i2",
+    )
     insert_records(engine, [later])
-    edges = [datetime(2026, 6, 30, tzinfo=UTC), datetime(2026, 7, 1, tzinfo=UTC),
-             datetime(2026, 7, 2, tzinfo=UTC)]
+    edges = [
+        datetime(2026, 6, 30, tzinfo=UTC),
+        datetime(2026, 7, 1, tzinfo=UTC),
+        datetime(2026, 7, 2, tzinfo=UTC),
+    ]
     with world.sessions() as session:
         days = aggregates.trend(session, replace(EVERYTHING, tenant_ids=(world.a,)), edges)
         both = aggregates.totals(session, Scope(edges[0], edges[2], (world.a,)))
@@ -125,10 +146,15 @@ def test_migrating_a_database_with_requests_builds_the_same_rollups(
     with old.begin() as connection:
         # The requests table as 0001 made it: later migrations add columns.
         present = {c["name"] for c in inspect(connection).get_columns("requests")}
-        table = Table("requests", MetaData(), *[c._copy() for c in RequestRow.__table__.columns
-                                                  if c.name in present])
-        connection.execute(insert(table), [{k: v for k, v in record_row(r).items()
-                                            if k in present} for r in records])
+        table = Table(
+            "requests",
+            MetaData(),
+            *[c._copy() for c in RequestRow.__table__.columns if c.name in present],
+        )
+        connection.execute(
+            insert(table),
+            [{k: v for k, v in record_row(r).items() if k in present} for r in records],
+        )
     old.dispose()
     upgrade(empty_database_url)
     engine = make_engine(empty_database_url)
@@ -147,12 +173,15 @@ def test_migrating_a_database_with_requests_builds_the_same_rollups(
     check.dispose()
 
 
-@pytest.mark.parametrize(("millis", "bucket", "upper"), [
-    (1, 0, 2 ** (1 / 8)),
-    (100, 53, 2 ** (54 / 8)),      # 2**(53/8) = 98.7 <= 100 < 107.6
-    (400, 69, 2 ** (70 / 8)),      # 395.0 <= 400 < 430.5
-    (2000, 87, 2 ** (88 / 8)),     # 1,910.6 <= 2,000 < 2,048
-])
+@pytest.mark.parametrize(
+    ("millis", "bucket", "upper"),
+    [
+        (1, 0, 2 ** (1 / 8)),
+        (100, 53, 2 ** (54 / 8)),  # 2**(53/8) = 98.7 <= 100 < 107.6
+        (400, 69, 2 ** (70 / 8)),  # 395.0 <= 400 < 430.5
+        (2000, 87, 2 ** (88 / 8)),  # 1,910.6 <= 2,000 < 2,048
+    ],
+)
 def test_ttft_buckets_are_eight_per_doubling(millis: int, bucket: int, upper: float) -> None:
     assert rollups.ttft_bucket(timedelta(milliseconds=millis)) == bucket
     assert rollups.bucket_upper_ms(bucket) == upper

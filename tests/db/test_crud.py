@@ -31,7 +31,10 @@ def test_keys_are_stored_hashed_and_authenticate_their_tenant(sessions) -> None:
         principals = crud.active_principals(session)
     principal = principals[hash_key(issued.key)]
     assert (principal.tenant_id, principal.tenant_name, principal.api_key_id) == (
-        tenant.id, "acme", issued.id)
+        tenant.id,
+        "acme",
+        issued.id,
+    )
     assert principal.cache_scope == f"tenant:{tenant.id}"
 
 
@@ -83,8 +86,13 @@ def test_price_sync_is_idempotent_and_exact(sessions) -> None:  # type: ignore[n
 
 
 def test_a_price_is_never_edited_in_place(sessions) -> None:  # type: ignore[no-untyped-def]
-    entry = {"model": "m", "effective_from": "2026-01-01", "input": "1", "cache_read": "0.1",
-             "output": "2"}
+    entry = {
+        "model": "m",
+        "effective_from": "2026-01-01",
+        "input": "1",
+        "cache_read": "0.1",
+        "output": "2",
+    }
     with transaction(sessions) as session:
         crud.add_prices(session, prices=[price_from_mapping(entry)])
     with pytest.raises(InvalidRequest, match="later effective_from"), transaction(sessions) as s:

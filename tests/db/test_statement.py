@@ -17,21 +17,52 @@ from pricing.book import PriceBook, price_from_mapping
 from pricing.cost import Cost, compute
 
 D = Decimal
-JAN = price_from_mapping({"model": "m", "effective_from": "2026-01-01", "input": "0.20",
-                          "cache_read": "0.02", "output": "0.60"})
-JUL = price_from_mapping({"model": "m", "effective_from": "2026-07-01", "input": "0.15",
-                          "cache_read": "0.015", "output": "0.45"})
+JAN = price_from_mapping(
+    {
+        "model": "m",
+        "effective_from": "2026-01-01",
+        "input": "0.20",
+        "cache_read": "0.02",
+        "output": "0.60",
+    }
+)
+JUL = price_from_mapping(
+    {
+        "model": "m",
+        "effective_from": "2026-07-01",
+        "input": "0.15",
+        "cache_read": "0.015",
+        "output": "0.45",
+    }
+)
 BOOK = PriceBook([JAN, JUL])
 
 
-def record(n: int, tenant: str, started: datetime, usage: Usage, *, status: Status = Status.COMPLETED,
-           interaction: str | None = None, model: str = "m") -> Record:
+def record(
+    n: int,
+    tenant: str,
+    started: datetime,
+    usage: Usage,
+    *,
+    status: Status = Status.COMPLETED,
+    interaction: str | None = None,
+    model: str = "m",
+) -> Record:
     price = BOOK.price_for(model, at=started)
     return Record(
-        request_id=f"req_{tenant}_{n}", tenant_id=tenant, api_key_id="key", model=model,
-        interaction_id=interaction or f"i{n}", deployment=model, upstream="http://r1",
-        started_at=started, ended_at=started + timedelta(seconds=1), status=status, usage=usage,
-        price_id=price.id if price else None, cost=compute(usage, price) if price else Cost(),
+        request_id=f"req_{tenant}_{n}",
+        tenant_id=tenant,
+        api_key_id="key",
+        model=model,
+        interaction_id=interaction or f"i{n}",
+        deployment=model,
+        upstream="http://r1",
+        started_at=started,
+        ended_at=started + timedelta(seconds=1),
+        status=status,
+        usage=usage,
+        price_id=price.id if price else None,
+        cost=compute(usage, price) if price else Cost(),
     )
 
 
@@ -46,12 +77,12 @@ def world(database_url: str):  # type: ignore[no-untyped-def]
     june30 = datetime(2026, 6, 30, 23, 59, 59, tzinfo=UTC)
     july1 = datetime(2026, 7, 1, 0, 0, 0, tzinfo=UTC)
     records = [
-        record(1, a, june30, Usage(1000, 0, 0, 100)),                      # JAN prices
+        record(1, a, june30, Usage(1000, 0, 0, 100)),  # JAN prices
         record(2, a, june30, Usage(200, 800, 0, 50)),
         record(3, a, july1, Usage(333, 777, 0, 999), interaction="conv"),  # failed, retried
         record(4, a, july1, Usage(0, 0, 0, 0), status=Status.FAILED, interaction="conv"),
         record(5, a, july1 + timedelta(hours=5), Usage(7, 0, 0, 1), model="unpriced"),
-        record(6, b, july1, Usage(10**6, 0, 0, 0)),                        # another tenant
+        record(6, b, july1, Usage(10**6, 0, 0, 0)),  # another tenant
     ]
     insert_records(engine, records)
     yield sessions, a, b, records
@@ -62,11 +93,23 @@ def test_lines_group_by_day_model_and_price_with_exact_sums(world) -> None:  # t
     sessions, a, _, records = world
     with sessions() as session:
         tenant = crud.get_tenant(session, name="a")
-        statement = billing.build_statement(session, tenant=tenant, start=date(2026, 6, 30),
-                                            end=date(2026, 7, 1))
-    lines = [(item.day, item.model, item.price_id, item.requests, item.completed_interactions,
-              item.uncached_tokens, item.cache_read_tokens, item.output_tokens, item.cost_total)
-             for item in statement.lines]
+        statement = billing.build_statement(
+            session, tenant=tenant, start=date(2026, 6, 30), end=date(2026, 7, 1)
+        )
+    lines = [
+        (
+            item.day,
+            item.model,
+            item.price_id,
+            item.requests,
+            item.completed_interactions,
+            item.uncached_tokens,
+            item.cache_read_tokens,
+            item.output_tokens,
+            item.cost_total,
+        )
+        for item in statement.lines
+    ]
     assert lines == [
         # 1200 × 0.20 + 800 × 0.02 + 150 × 0.60 (per 1M) = 0.000240 + 0.000016 + 0.000090
         ("2026-06-30", "m", JAN.id, 2, 2, 1200, 800, 150, D("0.000346000")),
@@ -88,18 +131,24 @@ def test_a_statement_holds_nothing_of_another_tenant(world) -> None:  # type: ig
     sessions, _a, b_id, _records = world
     with sessions() as session:
         tenant = crud.get_tenant(session, name="b")
-        statement = billing.build_statement(session, tenant=tenant,
-                                            start=date(2026, 1, 1), end=date(2026, 12, 31))
+        statement = billing.build_statement(
+            session, tenant=tenant, start=date(2026, 1, 1), end=date(2026, 12, 31)
+        )
     assert tenant.id == b_id and statement.tenant_id == b_id
     assert [(item.requests, item.uncached_tokens, item.cost_total) for item in statement.lines] == [
-        (1, 10**6, D("0.150000000"))]
+        (1, 10**6, D("0.150000000"))
+    ]
 
 
 def test_days_outside_the_period_are_left_out(world) -> None:  # type: ignore[no-untyped-def]
     sessions, *_ = world
     with sessions() as session:
-        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
-                                            start=date(2026, 7, 1), end=date(2026, 7, 1))
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="a"),
+            start=date(2026, 7, 1),
+            end=date(2026, 7, 1),
+        )
     assert {item.day for item in statement.lines} == {"2026-07-01"}
     assert statement.totals.requests == 3
 
@@ -107,8 +156,12 @@ def test_days_outside_the_period_are_left_out(world) -> None:  # type: ignore[no
 def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  # type: ignore[no-untyped-def]
     sessions, *_ = world
     with sessions() as session:
-        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
-                                            start=date(2026, 6, 30), end=date(2026, 7, 1))
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="a"),
+            start=date(2026, 6, 30),
+            end=date(2026, 7, 1),
+        )
     document = orjson.loads(billing.to_json(statement))
     assert document["totals"]["cost_total"] == "0.000857155"
     assert document["line_items"][0]["cost_total"] == "0.000346000"
@@ -123,8 +176,12 @@ def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  
 def test_statement_periods_are_checked(world) -> None:  # type: ignore[no-untyped-def]
     sessions, *_ = world
     with sessions() as session, pytest.raises(InvalidRequest):
-        billing.build_statement(session, tenant=crud.get_tenant(session, name="a"),
-                                start=date(2026, 7, 2), end=date(2026, 7, 1))
+        billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="a"),
+            start=date(2026, 7, 2),
+            end=date(2026, 7, 1),
+        )
 
 
 def test_many_small_costs_sum_exactly(database_url: str) -> None:
@@ -135,11 +192,17 @@ def test_many_small_costs_sum_exactly(database_url: str) -> None:
         crud.add_prices(session, prices=[JUL])
         tenant = crud.create_tenant(session, name="t").id
     start = datetime(2026, 8, 1, tzinfo=UTC)
-    records = [record(n, tenant, start + timedelta(seconds=n), Usage(n % 997 + 1, n % 13, 0, n % 7))
-               for n in range(10_000)]
+    records = [
+        record(n, tenant, start + timedelta(seconds=n), Usage(n % 997 + 1, n % 13, 0, n % 7))
+        for n in range(10_000)
+    ]
     insert_records(engine, records)
     with sessions() as session:
-        statement = billing.build_statement(session, tenant=crud.get_tenant(session, name="t"),
-                                            start=date(2026, 8, 1), end=date(2026, 8, 1))
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="t"),
+            start=date(2026, 8, 1),
+            end=date(2026, 8, 1),
+        )
     engine.dispose()
     assert statement.totals.cost_total == sum((r.cost.total for r in records), D(0))

@@ -1,4 +1,4 @@
-"""A real stack on loopback: two `kvgate sim` replicas, `kvgate serve`, tenants made with the CLI."""
+"""A real stack on loopback: `kvgate sim` replicas, `kvgate serve`, tenants made by the CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ from sqlalchemy import Engine
 from gateway.db.session import make_engine
 from tests.conftest import _backends, new_database
 from tests.support.processes import (
-    Proc, free_port, gateway_env, kvgate, start_gateway, start_sim, write_config,
+    Proc,
+    free_port,
+    gateway_env,
+    kvgate,
+    start_gateway,
+    start_sim,
+    write_config,
 )
 
 MODEL = "kvgate/demo-llama-8b"
@@ -52,31 +58,63 @@ def make_tenant(env: dict[str, str], name: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module", params=_backends())
-def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     with new_database(request.param, tmp) as database_url:
-        env = gateway_env(database_url, tmp / "journal", KVGATE_ADMIN_TOKEN="test-admin-token",
-                          KVGATE_MAX_BODY_BYTES="65536")
+        env = gateway_env(
+            database_url,
+            tmp / "journal",
+            KVGATE_ADMIN_TOKEN="test-admin-token",
+            KVGATE_MAX_BODY_BYTES="65536",
+        )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         keys, key_ids = {}, {}
         for name in ("alpha", "beta"):
             keys[name], key_ids[name] = make_tenant(env, name)
         sims = [start_sim(tmp), start_sim(tmp), start_sim(tmp)]
-        config = write_config(tmp / "kvgate.yaml", [
-            {"name": MODEL, "replicas": [sims[0].url, sims[1].url]},
-            {"name": SOLO, "replicas": [sims[2].url], "price_model": MODEL, "upstream_model": MODEL},
-            {"name": DOWN, "replicas": [f"http://127.0.0.1:{free_port()}"], "price_model": MODEL,
-             "upstream_model": MODEL, "connect_timeout_s": 1},
-            {"name": UNPRICED, "replicas": [sims[2].url], "price_model": "no-price-for-this",
-             "upstream_model": MODEL},
-        ])
+        config = write_config(
+            tmp / "kvgate.yaml",
+            [
+                {"name": MODEL, "replicas": [sims[0].url, sims[1].url]},
+                {
+                    "name": SOLO,
+                    "replicas": [sims[2].url],
+                    "price_model": MODEL,
+                    "upstream_model": MODEL,
+                },
+                {
+                    "name": DOWN,
+                    "replicas": [f"http://127.0.0.1:{free_port()}"],
+                    "price_model": MODEL,
+                    "upstream_model": MODEL,
+                    "connect_timeout_s": 1,
+                },
+                {
+                    "name": UNPRICED,
+                    "replicas": [sims[2].url],
+                    "price_model": "no-price-for-this",
+                    "upstream_model": MODEL,
+                },
+            ],
+        )
         gateway = start_gateway(tmp, config, env)
         engine = make_engine(database_url)
         try:
-            yield Stack(url=gateway.url, database_url=database_url, engine=engine, env=env,
-                        keys=keys, key_ids=key_ids, gateway=gateway, sims=sims, config=config,
-                        tmp=tmp)
+            yield Stack(
+                url=gateway.url,
+                database_url=database_url,
+                engine=engine,
+                env=env,
+                keys=keys,
+                key_ids=key_ids,
+                gateway=gateway,
+                sims=sims,
+                config=config,
+                tmp=tmp,
+            )
         finally:
             gateway.stop()
             for sim in sims:

@@ -30,8 +30,9 @@ pytestmark = pytest.mark.e2e
 MODEL = "kvgate/demo-llama-8b"
 
 
-async def load(base_url: str, key: str, seen: list[str], stop_at: float, errors: list[str],
-               workers: int = 16) -> None:
+async def load(
+    base_url: str, key: str, seen: list[str], stop_at: float, errors: list[str], workers: int = 16
+) -> None:
     """Workers send mixed streaming and plain requests until the gateway dies or time is up."""
     client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=5)
 
@@ -43,11 +44,13 @@ async def load(base_url: str, key: str, seen: list[str], stop_at: float, errors:
             try:
                 if i % 2:
                     reply = await client.chat.completions.with_raw_response.create(
-                        model=MODEL, messages=messages, max_tokens=4)
+                        model=MODEL, messages=messages, max_tokens=4
+                    )
                     reply.parse()
                 else:
                     reply = await client.chat.completions.with_raw_response.create(
-                        model=MODEL, messages=messages, max_tokens=4, stream=True)
+                        model=MODEL, messages=messages, max_tokens=4, stream=True
+                    )
                     chunks = [c async for c in reply.parse()]
                     assert chunks  # the stream ran to [DONE]
             except Exception as exc:
@@ -59,11 +62,13 @@ async def load(base_url: str, key: str, seen: list[str], stop_at: float, errors:
     await client.close()
 
 
-async def load_then_kill(gateway: Proc, key: str, seen: list[str], errors: list[str],
-                         machine_crash: bool) -> None:
+async def load_then_kill(
+    gateway: Proc, key: str, seen: list[str], errors: list[str], machine_crash: bool
+) -> None:
     """Load the gateway; once 150 requests completed, SIGKILL it (with its writer or not)."""
     task = asyncio.ensure_future(
-        load(gateway.url + "/v1", key, seen, time.monotonic() + 20, errors))
+        load(gateway.url + "/v1", key, seen, time.monotonic() + 20, errors)
+    )
     while len(seen) < 150 and not task.done():
         await asyncio.sleep(0.02)
     if machine_crash:
@@ -74,22 +79,29 @@ async def load_then_kill(gateway: Proc, key: str, seen: list[str], errors: list[
     await task
 
 
-@pytest.mark.parametrize("backend", [p.values[0] for p in _backends()],
-                         ids=[p.id for p in _backends()])
+@pytest.mark.parametrize(
+    "backend", [p.values[0] for p in _backends()], ids=[p.id for p in _backends()]
+)
 def test_sigkill_under_load_loses_no_completed_request(backend: str, tmp_path: Path) -> None:
     with new_database(backend, tmp_path) as database_url:
         # A long flush interval keeps records in the journal only, so the kill must be
         # survived by replaying it.
-        env = gateway_env(database_url, tmp_path / "journal",
-                          KVGATE_RECORDER_FLUSH_INTERVAL_S="30",
-                          KVGATE_RECORDER_BATCH_SIZE="100000")
+        env = gateway_env(
+            database_url,
+            tmp_path / "journal",
+            KVGATE_RECORDER_FLUSH_INTERVAL_S="30",
+            KVGATE_RECORDER_BATCH_SIZE="100000",
+        )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         key, _ = make_tenant(env, "crash")
-        sims = [start_sim(tmp_path, extra=("--decode-tokens-per-s", "0", "--prefill-tokens-per-s", "0"))
-                for _ in range(2)]
-        config = write_config(tmp_path / "kvgate.yaml", [{"name": MODEL,
-                                                          "replicas": [s.url for s in sims]}])
+        sims = [
+            start_sim(tmp_path, extra=("--decode-tokens-per-s", "0", "--prefill-tokens-per-s", "0"))
+            for _ in range(2)
+        ]
+        config = write_config(
+            tmp_path / "kvgate.yaml", [{"name": MODEL, "replicas": [s.url for s in sims]}]
+        )
         port = free_port()
         engine = make_engine(database_url)
         try:
@@ -108,26 +120,34 @@ def test_sigkill_under_load_loses_no_completed_request(backend: str, tmp_path: P
                 assert gateway.process.returncode == -signal.SIGKILL
                 if machine_crash:
                     with engine.connect() as connection:
-                        before = connection.scalar(select(func.count()).where(
-                            RequestRow.request_id.in_(seen)))
+                        before = connection.scalar(
+                            select(func.count()).where(RequestRow.request_id.in_(seen))
+                        )
                     assert before == 0, "records should have been in the journal only"
                 survivor = start_gateway(tmp_path, config, env, port=port)
                 deadline = time.monotonic() + 30
                 count = 0
                 while time.monotonic() < deadline:
                     with engine.connect() as connection:
-                        count = connection.scalar(select(func.count()).where(
-                            RequestRow.request_id.in_(seen), RequestRow.status == "completed"))
+                        count = connection.scalar(
+                            select(func.count()).where(
+                                RequestRow.request_id.in_(seen), RequestRow.status == "completed"
+                            )
+                        )
                     if count == len(seen):
                         break
                     time.sleep(0.1)
                 survivor.stop()  # a clean stop drains its own journal too
                 assert len(seen) >= 150
-                assert count == len(seen), f"cycle {cycle}: {len(seen) - count} completed requests lost"
+                assert count == len(seen), (
+                    f"cycle {cycle}: {len(seen) - count} completed requests lost"
+                )
                 assert len(set(seen)) == len(seen)
             with engine.connect() as connection:
                 total = connection.scalar(select(func.count()).select_from(RequestRow))
-                distinct = connection.scalar(select(func.count(func.distinct(RequestRow.request_id))))
+                distinct = connection.scalar(
+                    select(func.count(func.distinct(RequestRow.request_id)))
+                )
             assert total == distinct
         finally:
             engine.dispose()

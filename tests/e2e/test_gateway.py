@@ -27,13 +27,18 @@ from tests.support.processes import kvgate, wait_recorded
 pytestmark = pytest.mark.e2e
 
 RATES = {"input": Decimal("0.15"), "cache_read": Decimal("0.015"), "output": Decimal("0.45")}
+USER_X = b'"messages": [{"role": "user", "content": "x"}]'
 SYSTEM = "You are the kvgate test assistant. Answer briefly and precisely. " * 12
 
 
 def expected_cost(prompt: int, cached: int, output: int) -> Decimal:
     """Independent of pricing/cost.py: each class at its rate, rounded to the nano-dollar."""
     nano = Decimal("0.000000001")
-    parts = [(prompt - cached) * RATES["input"], cached * RATES["cache_read"], output * RATES["output"]]
+    parts = [
+        (prompt - cached) * RATES["input"],
+        cached * RATES["cache_read"],
+        output * RATES["output"],
+    ]
     return sum((Decimal(p) / Decimal(1_000_000)).quantize(nano) for p in parts)  # type: ignore[return-value]
 
 
@@ -54,10 +59,19 @@ def rows(stack: Stack, **where: Any) -> list[RequestRow]:
         return list(connection.execute(query))  # type: ignore[arg-type]
 
 
-def raw(stack: Stack, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-        method: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(stack.url + path, data=body, headers=headers or {},
-                                     method=method or ("POST" if body is not None else "GET"))
+def raw(
+    stack: Stack,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    method: str | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(
+        stack.url + path,
+        data=body,
+        headers=headers or {},
+        method=method or ("POST" if body is not None else "GET"),
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
             return reply.status, dict(reply.headers), reply.read()
@@ -66,13 +80,17 @@ def raw(stack: Stack, path: str, body: bytes | None = None, headers: dict[str, s
 
 
 def test_models_list(stack: Stack) -> None:
-    assert sorted(m.id for m in client(stack).models.list()) == sorted([MODEL, SOLO, DOWN, UNPRICED])
+    assert sorted(m.id for m in client(stack).models.list()) == sorted(
+        [MODEL, SOLO, DOWN, UNPRICED]
+    )
 
 
 def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack) -> None:
     c = client(stack)
     first = c.chat.completions.create(model=SOLO, messages=messages("first question"), max_tokens=5)
-    second = c.chat.completions.create(model=SOLO, messages=messages("first question"), max_tokens=5)
+    second = c.chat.completions.create(
+        model=SOLO, messages=messages("first question"), max_tokens=5
+    )
     assert first.usage and second.usage
     assert first.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
     cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
@@ -81,19 +99,26 @@ def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack
     for reply in (first, second):
         usage = reply.usage
         assert usage is not None
-        cost = expected_cost(usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens,  # type: ignore[union-attr]
-                             usage.completion_tokens)
+        cost = expected_cost(
+            usage.prompt_tokens,
+            usage.prompt_tokens_details.cached_tokens,  # type: ignore[union-attr]
+            usage.completion_tokens,
+        )
         assert Decimal(usage.cost) == cost  # type: ignore[attr-defined]
     (row,) = rows(stack, request_id=second._request_id)
     assert (row.cache_read_tokens, row.uncached_tokens, row.output_tokens) == (
-        cached, second.usage.prompt_tokens - cached, 5)
+        cached,
+        second.usage.prompt_tokens - cached,
+        5,
+    )
     assert row.status == "completed" and row.price_id == "kvgate/demo-llama-8b@2026-07-01T00:00:00Z"
     assert row.cost_total == Decimal(second.usage.cost)  # type: ignore[attr-defined]
 
 
 def test_every_response_carries_a_request_id(stack: Stack) -> None:
     reply = client(stack).chat.completions.with_raw_response.create(
-        model=SOLO, messages=messages("id please"), max_tokens=2)
+        model=SOLO, messages=messages("id please"), max_tokens=2
+    )
     assert reply.headers["x-request-id"].startswith("req_")
     status, headers, _ = raw(stack, "/v1/models")
     assert status == 401 and headers["x-request-id"].startswith("req_")
@@ -107,8 +132,12 @@ def test_completions_sync_async_and_streaming(stack: Stack) -> None:
 
     async def run_async() -> tuple[Any, list[str]]:
         ac = AsyncOpenAI(base_url=stack.base_url, api_key=stack.keys["alpha"], max_retries=0)
-        reply = await ac.chat.completions.create(model=MODEL, messages=messages("async"), max_tokens=3)
-        stream = await ac.completions.create(model=MODEL, prompt="async stream", max_tokens=3, stream=True)
+        reply = await ac.chat.completions.create(
+            model=MODEL, messages=messages("async"), max_tokens=3
+        )
+        stream = await ac.completions.create(
+            model=MODEL, prompt="async stream", max_tokens=3, stream=True
+        )
         pieces = [chunk.choices[0].text async for chunk in stream if chunk.choices]
         await ac.close()
         return reply, pieces
@@ -118,8 +147,11 @@ def test_completions_sync_async_and_streaming(stack: Stack) -> None:
 
 
 def test_stream_without_include_usage_shows_no_usage_chunk(stack: Stack) -> None:
-    chunks = list(client(stack).chat.completions.create(
-        model=SOLO, messages=messages("stream me"), max_tokens=4, stream=True))
+    chunks = list(
+        client(stack).chat.completions.create(
+            model=SOLO, messages=messages("stream me"), max_tokens=4, stream=True
+        )
+    )
     assert all(chunk.usage is None for chunk in chunks)
     assert all(chunk.choices for chunk in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks).count(" ") >= 3
@@ -130,7 +162,10 @@ def test_stream_with_include_usage_ends_with_priced_usage(stack: Stack) -> None:
     prompt = messages("stream with usage")
     c.chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)  # warm the cache
     response = c.chat.completions.with_raw_response.create(
-        model=SOLO, messages=prompt, max_tokens=6, stream=True,
+        model=SOLO,
+        messages=prompt,
+        max_tokens=6,
+        stream=True,
         stream_options={"include_usage": True},
     )
     request_id = response.headers["x-request-id"]
@@ -159,13 +194,18 @@ def test_tenant_b_gets_no_cache_hit_on_tenant_a_prompt(stack: Stack) -> None:
 def test_a_client_salt_never_reaches_another_tenant(stack: Stack) -> None:
     prompt = messages("salted prompt", system="A system prompt used only by the salt test. " * 8)
     extra = {"cache_salt": "shared-by-both-clients"}
-    client(stack, "alpha").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2,
-                                                   extra_body=extra)
-    other = client(stack, "beta").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2,
-                                                          extra_body=extra)
-    mine = client(stack, "alpha").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2,
-                                                          extra_body=extra)
-    unsalted = client(stack, "alpha").chat.completions.create(model=SOLO, messages=prompt, max_tokens=2)
+    client(stack, "alpha").chat.completions.create(
+        model=SOLO, messages=prompt, max_tokens=2, extra_body=extra
+    )
+    other = client(stack, "beta").chat.completions.create(
+        model=SOLO, messages=prompt, max_tokens=2, extra_body=extra
+    )
+    mine = client(stack, "alpha").chat.completions.create(
+        model=SOLO, messages=prompt, max_tokens=2, extra_body=extra
+    )
+    unsalted = client(stack, "alpha").chat.completions.create(
+        model=SOLO, messages=prompt, max_tokens=2
+    )
     assert other.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
     assert mine.usage.prompt_tokens_details.cached_tokens > 0  # type: ignore[union-attr]
     assert unsalted.usage.prompt_tokens_details.cached_tokens == 0  # type: ignore[union-attr]
@@ -174,25 +214,39 @@ def test_a_client_salt_never_reaches_another_tenant(stack: Stack) -> None:
 def test_interaction_header_and_metadata_group_requests(stack: Stack) -> None:
     c = client(stack)
     one = c.chat.completions.with_raw_response.create(
-        model=SOLO, messages=messages("turn 1"), max_tokens=2,
-        extra_headers={"X-Interaction-Id": "conv-42"})
+        model=SOLO,
+        messages=messages("turn 1"),
+        max_tokens=2,
+        extra_headers={"X-Interaction-Id": "conv-42"},
+    )
     two = c.chat.completions.with_raw_response.create(
-        model=SOLO, messages=messages("turn 2"), max_tokens=2,
-        extra_body={"metadata": {"interaction_id": "conv-43"}})
-    three = c.chat.completions.with_raw_response.create(model=SOLO, messages=messages("t3"), max_tokens=2)
+        model=SOLO,
+        messages=messages("turn 2"),
+        max_tokens=2,
+        extra_body={"metadata": {"interaction_id": "conv-43"}},
+    )
+    three = c.chat.completions.with_raw_response.create(
+        model=SOLO, messages=messages("t3"), max_tokens=2
+    )
     ids = {r.interaction_id for r in rows(stack, request_id=one.headers["x-request-id"])}
     assert ids == {"conv-42"}
-    assert {r.interaction_id for r in rows(stack, request_id=two.headers["x-request-id"])} == {"conv-43"}
+    assert {r.interaction_id for r in rows(stack, request_id=two.headers["x-request-id"])} == {
+        "conv-43"
+    }
     rid = three.headers["x-request-id"]
     assert {r.interaction_id for r in rows(stack, request_id=rid)} == {rid}
 
 
 @pytest.mark.parametrize("case", ["missing", "wrong", "malformed"])
 def test_bad_keys_get_401_in_openai_shape(stack: Stack, case: str) -> None:
-    headers = {"missing": {}, "wrong": {"Authorization": "Bearer kvg-nope"},
-               "malformed": {"Authorization": "Token abc"}}[case]
-    status, response_headers, body = raw(stack, "/v1/chat/completions", b"{}",
-                                         {"content-type": "application/json", **headers})
+    headers = {
+        "missing": {},
+        "wrong": {"Authorization": "Bearer kvg-nope"},
+        "malformed": {"Authorization": "Token abc"},
+    }[case]
+    status, response_headers, body = raw(
+        stack, "/v1/chat/completions", b"{}", {"content-type": "application/json", **headers}
+    )
     error = json.loads(body)["error"]
     assert status == 401 and error["type"] == "authentication_error"
     assert error["code"] == "invalid_api_key" and error["message"]
@@ -205,29 +259,55 @@ def test_openai_client_raises_authentication_error(stack: Stack) -> None:
         bad.chat.completions.create(model=SOLO, messages=messages("x"), max_tokens=1)
 
 
-@pytest.mark.parametrize(("body", "status", "param"), [
-    (b"{not json", 400, None),
-    (b"[1, 2]", 400, None),
-    (b"", 400, None),
-    (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
-    (b'{"model": 7, "messages": []}', 400, "model"),
-    (b'{"model": "solo-llama", "messages": "hi"}', 400, "messages"),
-    (b'{"model": "solo-llama", "messages": [{"content": "x"}]}', 400, "messages[0]"),
-    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}',
-     400, "max_tokens"),
-    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
-     400, "max_tokens"),
-    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
-     400, "stream"),
-    (b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
-    (b'{"model": "solo-llama", "messages": [{"role": "user", "content": "' + b"x" * 70_000 + b'"}]}',
-     413, None),
-    (b"[" * 5000 + b"]" * 5000, 400, None),
-])
-def test_bad_input_gets_a_clear_openai_error_never_a_500(stack: Stack, body: bytes, status: int,
-                                                         param: str | None) -> None:
-    got, _, reply = raw(stack, "/v1/chat/completions", body, {
-        "Authorization": f"Bearer {stack.keys['alpha']}", "content-type": "application/json"})
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (b"{not json", 400, None),
+        (b"[1, 2]", 400, None),
+        (b"", 400, None),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
+        (b'{"model": 7, "messages": []}', 400, "model"),
+        (b'{"model": "solo-llama", "messages": "hi"}', 400, "messages"),
+        (b'{"model": "solo-llama", "messages": [{"content": "x"}]}', 400, "messages[0]"),
+        (
+            b'{"model": "solo-llama", ' + USER_X + b', "max_tokens": "5"}',
+            400,
+            "max_tokens",
+        ),
+        (
+            b'{"model": "solo-llama", ' + USER_X + b', "max_tokens": 0}',
+            400,
+            "max_tokens",
+        ),
+        (
+            b'{"model": "solo-llama", ' + USER_X + b', "stream": "yes"}',
+            400,
+            "stream",
+        ),
+        (
+            b'{"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}',
+            404,
+            "model",
+        ),
+        (
+            b'{"model": "solo-llama", "messages": [{"role": "user", "content": "'
+            + b"x" * 70_000
+            + b'"}]}',
+            413,
+            None,
+        ),
+        (b"[" * 5000 + b"]" * 5000, 400, None),
+    ],
+)
+def test_bad_input_gets_a_clear_openai_error_never_a_500(
+    stack: Stack, body: bytes, status: int, param: str | None
+) -> None:
+    got, _, reply = raw(
+        stack,
+        "/v1/chat/completions",
+        body,
+        {"Authorization": f"Bearer {stack.keys['alpha']}", "content-type": "application/json"},
+    )
     error = json.loads(reply)["error"]
     assert got == status, error
     assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
@@ -236,7 +316,9 @@ def test_bad_input_gets_a_clear_openai_error_never_a_500(stack: Stack, body: byt
 def test_upstream_down_gives_503_and_a_failed_record(stack: Stack) -> None:
     c = client(stack)
     with pytest.raises(openai.APIStatusError) as raised:
-        c.chat.completions.with_raw_response.create(model=DOWN, messages=messages("x"), max_tokens=1)
+        c.chat.completions.with_raw_response.create(
+            model=DOWN, messages=messages("x"), max_tokens=1
+        )
     assert raised.value.status_code == 503
     assert "unreachable" in raised.value.message
     request_id = raised.value.response.headers["x-request-id"]
@@ -274,52 +356,81 @@ def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
     seen = Decimal(0)
     tokens = {"uncached": 0, "cached": 0, "output": 0}
     for n in range(6):
-        reply = c.chat.completions.create(model=SOLO, messages=messages(f"q{n % 2}"), max_tokens=3 + n,
-                                          extra_headers={"X-Interaction-Id": f"conv-{n % 3}"})
+        reply = c.chat.completions.create(
+            model=SOLO,
+            messages=messages(f"q{n % 2}"),
+            max_tokens=3 + n,
+            extra_headers={"X-Interaction-Id": f"conv-{n % 3}"},
+        )
         usage = reply.usage
         assert usage is not None
         cached = usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
         seen += Decimal(usage.cost)  # type: ignore[attr-defined]
-        assert Decimal(usage.cost) == expected_cost(usage.prompt_tokens, cached, usage.completion_tokens)  # type: ignore[attr-defined]
+        assert Decimal(usage.cost) == expected_cost(
+            usage.prompt_tokens, cached, usage.completion_tokens
+        )  # type: ignore[attr-defined]
         tokens["uncached"] += usage.prompt_tokens - cached
         tokens["cached"] += cached
         tokens["output"] += usage.completion_tokens
     wait_recorded(stack.url)
     today = datetime.now(UTC).date()
-    status, headers, body = raw(stack, f"/v1/billing/statement?start={today}&end={today}&format=json",
-                                headers={"Authorization": f"Bearer {key}"})
+    status, headers, body = raw(
+        stack,
+        f"/v1/billing/statement?start={today}&end={today}&format=json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert status == 200, body
     statement = json.loads(body)
     assert statement["tenant"]["name"] == "delta"
     totals = statement["totals"]
     assert Decimal(totals["cost_total"]) == seen
     assert (totals["uncached_tokens"], totals["cache_read_tokens"], totals["output_tokens"]) == (
-        tokens["uncached"], tokens["cached"], tokens["output"])
+        tokens["uncached"],
+        tokens["cached"],
+        tokens["output"],
+    )
     assert totals["requests"] == 6 and totals["completed_interactions"] == 3
     (line,) = statement["line_items"]
     assert (line["model"], line["input_rate"], line["cache_read_rate"], line["output_rate"]) == (
-        SOLO, "0.150000000", "0.015000000", "0.450000000")
-    status, headers, body = raw(stack, f"/v1/billing/statement?start={today}&end={today}&format=csv",
-                                headers={"Authorization": f"Bearer {key}"})
+        SOLO,
+        "0.150000000",
+        "0.015000000",
+        "0.450000000",
+    )
+    status, headers, body = raw(
+        stack,
+        f"/v1/billing/statement?start={today}&end={today}&format=csv",
+        headers={"Authorization": f"Bearer {key}"},
+    )
     assert status == 200 and headers["content-type"].startswith("text/csv")
     assert body.decode().splitlines()[-1].endswith("," + totals["cost_total"])
     # The admin endpoint returns the same bytes for the same tenant and period.
-    status, _, admin_body = raw(stack, f"/v1/admin/statement?tenant=delta&start={today}&end={today}&format=csv",
-                                headers={"Authorization": f"Bearer {stack.admin_token}"})
+    status, _, admin_body = raw(
+        stack,
+        f"/v1/admin/statement?tenant=delta&start={today}&end={today}&format=csv",
+        headers={"Authorization": f"Bearer {stack.admin_token}"},
+    )
     assert status == 200 and admin_body == body
 
 
 def test_admin_endpoints_refuse_tenant_keys(stack: Stack) -> None:
     today = date.today()
-    status, _, body = raw(stack, f"/v1/admin/statement?tenant=alpha&start={today}&end={today}",
-                          headers={"Authorization": f"Bearer {stack.keys['alpha']}"})
+    status, _, body = raw(
+        stack,
+        f"/v1/admin/statement?tenant=alpha&start={today}&end={today}",
+        headers={"Authorization": f"Bearer {stack.keys['alpha']}"},
+    )
     assert status == 401 and json.loads(body)["error"]["type"] == "authentication_error"
 
 
 def test_statement_query_errors_are_openai_shaped(stack: Stack) -> None:
     auth = {"Authorization": f"Bearer {stack.keys['alpha']}"}
-    for query in ("start=2026-13-01&end=2026-12-01", "start=2026-12-02&end=2026-12-01",
-                  "end=2026-12-01", "start=2026-01-01&end=2026-01-02&format=xml"):
+    for query in (
+        "start=2026-13-01&end=2026-12-01",
+        "start=2026-12-02&end=2026-12-01",
+        "end=2026-12-01",
+        "start=2026-01-01&end=2026-01-02&format=xml",
+    ):
         status, _, body = raw(stack, f"/v1/billing/statement?{query}", headers=auth)
         assert status == 400, (query, body)
         assert json.loads(body)["error"]["type"] == "invalid_request_error"
@@ -330,16 +441,27 @@ def test_metrics_count_requests_tokens_and_cost(stack: Stack) -> None:
     status, _, body = raw(stack, "/metrics")
     text = body.decode()
     assert status == 200
-    for name in ("kvgate_requests_total", "kvgate_tokens_total", "kvgate_cost_usd_total",
-                 "kvgate_ttft_seconds_bucket", "kvgate_request_duration_seconds_bucket",
-                 "kvgate_recorder_backlog", "kvgate_journal_bytes", "kvgate_replica_up"):
+    for name in (
+        "kvgate_requests_total",
+        "kvgate_tokens_total",
+        "kvgate_cost_usd_total",
+        "kvgate_ttft_seconds_bucket",
+        "kvgate_request_duration_seconds_bucket",
+        "kvgate_recorder_backlog",
+        "kvgate_journal_bytes",
+        "kvgate_replica_up",
+    ):
         assert name in text, name
-    assert f'kvgate_requests_total{{model="{SOLO}",status="completed",upstream="{stack.sims[2].url}"}}' in text
+    assert (
+        f'kvgate_requests_total{{model="{SOLO}",status="completed",upstream="{stack.sims[2].url}"}}'
+        in text
+    )
 
 
 def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -> None:
     reply = client(stack, "beta").chat.completions.with_raw_response.create(
-        model=UNPRICED, messages=messages("no price"), max_tokens=3)
+        model=UNPRICED, messages=messages("no price"), max_tokens=3
+    )
     usage = reply.parse().usage
     assert usage is not None and usage.completion_tokens == 3
     assert usage.cost is None  # type: ignore[attr-defined]
@@ -349,16 +471,25 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
     _, _, body = raw(stack, "/metrics")
     assert f'kvgate_unpriced_requests_total{{model="{UNPRICED}"}} 1.0' in body.decode()
     today = datetime.now(UTC).date()
-    _, _, statement = raw(stack, f"/v1/billing/statement?start={today}&end={today}",
-                          headers={"Authorization": f"Bearer {stack.keys['beta']}"})
+    _, _, statement = raw(
+        stack,
+        f"/v1/billing/statement?start={today}&end={today}",
+        headers={"Authorization": f"Bearer {stack.keys['beta']}"},
+    )
     lines = [item for item in json.loads(statement)["line_items"] if item["model"] == UNPRICED]
-    assert [(item["price_id"], item["requests"], item["cost_total"], item["input_rate"]) for item in lines] == [
-        (None, 1, "0.000000000", None)]
+    assert [
+        (item["price_id"], item["requests"], item["cost_total"], item["input_rate"])
+        for item in lines
+    ] == [(None, 1, "0.000000000", None)]
 
 
 def test_wrong_method_on_an_inference_path_is_an_openai_405(stack: Stack) -> None:
-    status, headers, body = raw(stack, "/v1/chat/completions", method="GET",
-                                headers={"Authorization": f"Bearer {stack.keys['alpha']}"})
+    status, headers, body = raw(
+        stack,
+        "/v1/chat/completions",
+        method="GET",
+        headers={"Authorization": f"Bearer {stack.keys['alpha']}"},
+    )
     error = json.loads(body)["error"]
     assert status == 405 and error["code"] == "method_not_allowed" and "POST" in error["message"]
     assert headers["x-request-id"].startswith("req_")

@@ -17,29 +17,53 @@ pytestmark = pytest.mark.e2e
 def test_live_replay_reports_the_same_hit_rate_as_the_records(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     # 12 requests: a shared 2-block prefix (ids 0, 1) and a distinct last block each.
-    trace.write_text("".join(
-        json.dumps({"timestamp": n * 10, "input_length": 3 * 512 - 37, "output_length": 4,
-                    "hash_ids": [0, 1, 100 + n]}) + "\n" for n in range(12)))
+    trace.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": n * 10,
+                    "input_length": 3 * 512 - 37,
+                    "output_length": 4,
+                    "hash_ids": [0, 1, 100 + n],
+                }
+            )
+            + "\n"
+            for n in range(12)
+        )
+    )
     env = gateway_env(f"sqlite:///{tmp_path / 'kvgate.db'}", tmp_path / "journal")
     kvgate("db", "upgrade", env=env)
     kvgate("prices", "sync", env=env)
     key, _ = make_tenant(env, "replayer")
-    sims = [start_sim(tmp_path, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
-            for _ in range(2)]
-    config = write_config(tmp_path / "kvgate.yaml", [{
-        "name": "kvgate/demo-llama-8b", "replicas": [s.url for s in sims],
-        "tokenizer": "kvgate-sim"}])
+    sims = [
+        start_sim(tmp_path, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
+        for _ in range(2)
+    ]
+    config = write_config(
+        tmp_path / "kvgate.yaml",
+        [
+            {
+                "name": "kvgate/demo-llama-8b",
+                "replicas": [s.url for s in sims],
+                "tokenizer": "kvgate-sim",
+            }
+        ],
+    )
     gateway = start_gateway(tmp_path, config, env)
     try:
-        out = kvgate("replay", str(trace), "--target", gateway.url, "--key", key,
-                     "--speed", "20", env=env).stdout
+        out = kvgate(
+            "replay", str(trace), "--target", gateway.url, "--key", key, "--speed", "20", env=env
+        ).stdout
     finally:
         gateway.stop()
         for sim in sims:
             sim.stop()
     reported = float(re.search(r"token hit rate \(reported by the replicas\): ([\d.]+)%", out)[1])  # type: ignore[index]
-    recorded = re.search(r"recorded by the gateway: (\d+) requests, ([\d,]+) prompt tokens, "
-                         r"token hit rate ([\d.]+)%, cost ([\d.]+) USD", out)
+    recorded = re.search(
+        r"recorded by the gateway: (\d+) requests, ([\d,]+) prompt tokens, "
+        r"token hit rate ([\d.]+)%, cost ([\d.]+) USD",
+        out,
+    )
     assert recorded is not None, out
     assert int(recorded[1]) == 12
     assert float(recorded[3]) == reported

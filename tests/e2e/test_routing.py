@@ -21,13 +21,21 @@ from gateway.db.models import RequestRow
 from gateway.db.session import make_engine
 from tests.e2e.conftest import make_tenant
 from tests.support.processes import (
-    Proc, gateway_env, kvgate, start_gateway, start_sim, wait_http, wait_recorded, write_config,
+    Proc,
+    gateway_env,
+    kvgate,
+    start_gateway,
+    start_sim,
+    wait_http,
+    wait_recorded,
+    write_config,
 )
 
 pytestmark = pytest.mark.e2e
 SIM_MODEL = "kvgate/demo-llama-8b"
-SYSTEMS = [f"System prompt number {n}: you are assistant {n} of the routing test. " * 10
-           for n in range(8)]
+SYSTEMS = [
+    f"System prompt number {n}: you are assistant {n} of the routing test. " * 10 for n in range(8)
+]
 
 
 class Fleet:
@@ -35,19 +43,28 @@ class Fleet:
         self.tmp = tmp
         self.sims: dict[str, list[Proc]] = {}
         self.database_url = f"sqlite:///{tmp / 'kvgate.db'}"
-        self.env = gateway_env(self.database_url, tmp / "journal",
-                               KVGATE_HEALTH_INTERVAL_S="0.3")
+        self.env = gateway_env(self.database_url, tmp / "journal", KVGATE_HEALTH_INTERVAL_S="0.3")
         kvgate("db", "upgrade", env=self.env)
         kvgate("prices", "sync", env=self.env)
         self.key, _ = make_tenant(self.env, "router")
         models = []
         for policy in ("kv-aware", "round-robin"):
-            sims = [start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
-                    for _ in range(3)]
+            sims = [
+                start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
+                for _ in range(3)
+            ]
             self.sims[policy] = sims
-            models.append({"name": policy, "replicas": [s.url for s in sims], "policy": policy,
-                           "tokenizer": "kvgate-sim", "upstream_model": SIM_MODEL,
-                           "price_model": SIM_MODEL, "connect_timeout_s": 1})
+            models.append(
+                {
+                    "name": policy,
+                    "replicas": [s.url for s in sims],
+                    "policy": policy,
+                    "tokenizer": "kvgate-sim",
+                    "upstream_model": SIM_MODEL,
+                    "price_model": SIM_MODEL,
+                    "connect_timeout_s": 1,
+                }
+            )
         self.config = write_config(tmp / "kvgate.yaml", models)
         self.gateway = start_gateway(tmp, self.config, self.env)
         self.engine = make_engine(self.database_url)
@@ -55,8 +72,13 @@ class Fleet:
     def rows(self, model: str) -> list[RequestRow]:
         wait_recorded(self.gateway.url)
         with self.engine.connect() as connection:
-            return list(connection.execute(  # type: ignore[arg-type]
-                select(RequestRow).where(RequestRow.model == model).order_by(RequestRow.started_at)))
+            return list(
+                connection.execute(  # type: ignore[arg-type]
+                    select(RequestRow)
+                    .where(RequestRow.model == model)
+                    .order_by(RequestRow.started_at)
+                )
+            )
 
     def stop(self) -> None:
         self.gateway.stop()
@@ -78,15 +100,22 @@ def run_workload(fleet: Fleet, model: str) -> None:
     client = OpenAI(base_url=fleet.gateway.url + "/v1", api_key=fleet.key, max_retries=0)
     for turn in range(6):
         for n, system in enumerate(SYSTEMS):
-            client.chat.completions.create(model=model, max_tokens=2, messages=[
-                {"role": "system", "content": system},
-                {"role": "user", "content": f"user {n} asks question {turn}"}])
+            client.chat.completions.create(
+                model=model,
+                max_tokens=2,
+                messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"user {n} asks question {turn}"},
+                ],
+            )
 
 
 def rates(rows: list[RequestRow]) -> tuple[float, float]:
     prompt = sum(r.uncached_tokens + r.cache_read_tokens for r in rows)
-    return (sum(r.cache_read_tokens for r in rows) / prompt,
-            sum(r.ceiling_cached_tokens or 0 for r in rows) / prompt)
+    return (
+        sum(r.cache_read_tokens for r in rows) / prompt,
+        sum(r.ceiling_cached_tokens or 0 for r in rows) / prompt,
+    )
 
 
 def test_kv_aware_reaches_the_ceiling_and_round_robin_does_not(fleet: Fleet) -> None:
@@ -123,11 +152,16 @@ def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet
             nonlocal done
             for i in range(40):
                 try:
-                    await client.chat.completions.create(model="kv-aware", max_tokens=3, messages=[
-                        {"role": "system", "content": SYSTEMS[(n + i) % 8]},
-                        {"role": "user", "content": f"failover {n} {i}"}])
+                    await client.chat.completions.create(
+                        model="kv-aware",
+                        max_tokens=3,
+                        messages=[
+                            {"role": "system", "content": SYSTEMS[(n + i) % 8]},
+                            {"role": "user", "content": f"failover {n} {i}"},
+                        ],
+                    )
                     done += 1
-                except Exception as exc:  # noqa: BLE001 (collected and asserted below)
+                except Exception as exc:
                     errors.append(exc)
 
         async def killer() -> None:
@@ -145,27 +179,38 @@ def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet
     assert done == 240
     assert killed_at is not None
     rows = [r for r in fleet.rows("kv-aware") if r.started_at >= killed_at]
-    late = [r for r in rows if r.upstream == victim.url
-            and (r.started_at - killed_at).total_seconds() > 1.0]
+    late = [
+        r
+        for r in rows
+        if r.upstream == victim.url and (r.started_at - killed_at).total_seconds() > 1.0
+    ]
     assert late == []
     failed = [r for r in rows if r.status == "failed"]
     print(f"failed attempts after the kill: {len(failed)}")
     assert all(r.upstream == victim.url for r in failed)
     # Every failed attempt was retried as attempt 2 of the same interaction, and completed.
-    retried = {r.request_id.rsplit(".", 1)[0] for r in rows if r.attempt == 2 and r.status == "completed"}
+    retried = {
+        r.request_id.rsplit(".", 1)[0] for r in rows if r.attempt == 2 and r.status == "completed"
+    }
     assert {r.request_id for r in failed} <= retried
 
     # The replica comes back on the same port: health checks bring it back into rotation.
     port = int(victim.url.rsplit(":", 1)[1])
-    back = start_sim(fleet.tmp, port=port,
-                     extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
+    back = start_sim(
+        fleet.tmp, port=port, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0")
+    )
     fleet.sims["kv-aware"][0] = back
     wait_http(back.url + "/health")
     time.sleep(1.0)
     client = OpenAI(base_url=fleet.gateway.url + "/v1", api_key=fleet.key, max_retries=0)
     for n in range(12):
-        client.chat.completions.create(model="kv-aware", max_tokens=2, messages=[
-            {"role": "system", "content": f"A brand-new prompt {n} " * 30},
-            {"role": "user", "content": "hi"}])
+        client.chat.completions.create(
+            model="kv-aware",
+            max_tokens=2,
+            messages=[
+                {"role": "system", "content": f"A brand-new prompt {n} " * 30},
+                {"role": "user", "content": "hi"},
+            ],
+        )
     recent = fleet.rows("kv-aware")[-12:]
     assert any(r.upstream == back.url for r in recent)

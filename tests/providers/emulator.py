@@ -78,14 +78,16 @@ class Emulator:
             if not path.exists():
                 return web.json_response({"error": {"message": f"no fixture {case}"}}, status=404)
             status = int(error.group(1)) if error else 200
-            return web.Response(body=path.read_bytes(), status=status,
-                                content_type="application/json")
+            return web.Response(
+                body=path.read_bytes(), status=status, content_type="application/json"
+            )
         path = self.fixtures / f"{case}.sse"
         if not path.exists():
             missing = {"error": {"message": f"no stream fixture {case}"}}
             return web.json_response(missing, status=404)
-        reply = web.StreamResponse(headers={"content-type": "text/event-stream",
-                                            "cache-control": "no-cache"})
+        reply = web.StreamResponse(
+            headers={"content-type": "text/event-stream", "cache-control": "no-cache"}
+        )
         await reply.prepare(request)
         for event in events(path.read_text()):
             if self.event_delay_s:

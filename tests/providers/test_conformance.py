@@ -19,10 +19,16 @@ from tests.providers.emulator import Emulator
 from tests.providers.prices import DEEPSEEK, GEMINI, GPT, OPENROUTER_SONNET, SONNET
 
 D = Decimal
-BODY = {"model": "client-name", "max_tokens": 64, "cache_salt": "tenant-salt",
-        "metadata": {"interaction_id": "conv-1"},
-        "messages": [{"role": "system", "content": "You are terse."},
-                     {"role": "user", "content": "What is the capital of France?"}]}
+BODY = {
+    "model": "client-name",
+    "max_tokens": 64,
+    "cache_salt": "tenant-salt",
+    "metadata": {"interaction_id": "conv-1"},
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ],
+}
 
 
 @dataclass(frozen=True)
@@ -39,42 +45,77 @@ class Case:
 
 CASES = [
     # 176 x 2 + 1024 x 0.50 + 30 x 8: cached tokens are inside the 1200, not on top of them.
-    Case("openai-cached", "openai", "/v1", GPT, Usage(176, 1024, 0, 30), D("0.001104000"),
-         "default"),
+    Case(
+        "openai-cached", "openai", "/v1", GPT, Usage(176, 1024, 0, 30), D("0.001104000"), "default"
+    ),
     # The response says priority: 2000 x 3.50 + 100 x 14.
-    Case("openai-priority", "openai", "/v1", GPT, Usage(2000, 0, 0, 100), D("0.008400000"),
-         "priority"),
+    Case(
+        "openai-priority",
+        "openai",
+        "/v1",
+        GPT,
+        Usage(2000, 0, 0, 100),
+        D("0.008400000"),
+        "priority",
+    ),
     # 50 x 3 + 2000 x 0.30 + 80 x 15: reads at the cache-read rate, not the input rate.
-    Case("anthropic-cache-read", "anthropic", "", SONNET, Usage(50, 2000, 0, 80),
-         D("0.001950000"), "standard"),
+    Case(
+        "anthropic-cache-read",
+        "anthropic",
+        "",
+        SONNET,
+        Usage(50, 2000, 0, 80),
+        D("0.001950000"),
+        "standard",
+    ),
     # 20 x 3 + (1000 x 3.75 + 500 x 6) + 60 x 15; in the stream the writes come only in
     # message_start, and must not be lost.
-    Case("anthropic-cache-write", "anthropic", "", SONNET,
-         Usage(20, 0, 1500, 60, cache_write_1h_tokens=500), D("0.007710000"), "standard"),
+    Case(
+        "anthropic-cache-write",
+        "anthropic",
+        "",
+        SONNET,
+        Usage(20, 0, 1500, 60, cache_write_1h_tokens=500),
+        D("0.007710000"),
+        "standard",
+    ),
     # 232 x 0.27 + 768 x 0.07 + 50 x 1.10; the stream has only hit/miss counts.
-    Case("deepseek-cache-hit", "deepseek", "/v1", DEEPSEEK, Usage(232, 768, 0, 50),
-         D("0.000171400")),
+    Case(
+        "deepseek-cache-hit", "deepseek", "/v1", DEEPSEEK, Usage(232, 768, 0, 50), D("0.000171400")
+    ),
     # 3808 x 1.25 + 8192 x 0.125 + 200 x 10.
-    Case("gemini-cached", "gemini", "/v1beta", GEMINI, Usage(3808, 8192, 0, 200),
-         D("0.007784000")),
+    Case("gemini-cached", "gemini", "/v1beta", GEMINI, Usage(3808, 8192, 0, 200), D("0.007784000")),
     # 250,000 prompt tokens > 200k: all at long-context rates, thoughts billed as output:
     # 50,000 x 2.50 + 200,000 x 0.25 + (100 + 50) x 15.
-    Case("gemini-long-context", "gemini", "/v1beta", GEMINI, Usage(50_000, 200_000, 0, 150),
-         D("0.177250000"), stream=False),
+    Case(
+        "gemini-long-context",
+        "gemini",
+        "/v1beta",
+        GEMINI,
+        Usage(50_000, 200_000, 0, 150),
+        D("0.177250000"),
+        stream=False,
+    ),
     # 500 x 3 + 2000 x 0.30 + 500 x 3.75 + 40 x 15: reads and writes inside prompt_tokens.
-    Case("openrouter-cache", "openrouter", "/v1", OPENROUTER_SONNET, Usage(500, 2000, 500, 40),
-         D("0.004575000")),
+    Case(
+        "openrouter-cache",
+        "openrouter",
+        "/v1",
+        OPENROUTER_SONNET,
+        Usage(500, 2000, 500, 40),
+        D("0.004575000"),
+    ),
 ]
 
 
 def target(case: Case, url: str) -> ProviderTarget:
-    return ProviderTarget(litellm_model=f"{case.litellm_prefix}/{case.name}",
-                          api_base=url + case.api_path)  # type: ignore[arg-type]
+    return ProviderTarget(
+        litellm_model=f"{case.litellm_prefix}/{case.name}", api_base=url + case.api_path
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_complete(case: Case, providers: Providers,
-                        emulator: tuple[Emulator, str]) -> None:
+async def test_complete(case: Case, providers: Providers, emulator: tuple[Emulator, str]) -> None:
     _fake, url = emulator
     reply = await providers.complete(ProviderRequest(target(case, url), BODY, "sk-test"))
     assert reply.usage == case.usage
@@ -85,8 +126,7 @@ async def test_complete(case: Case, providers: Providers,
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.stream], ids=lambda c: c.name)
-async def test_stream(case: Case, providers: Providers,
-                      emulator: tuple[Emulator, str]) -> None:
+async def test_stream(case: Case, providers: Providers, emulator: tuple[Emulator, str]) -> None:
     _fake, url = emulator
     request = ProviderRequest(target(case, url), BODY, "sk-test", stream=True)
     stream = await providers.open_stream(request)
@@ -100,11 +140,11 @@ async def test_stream(case: Case, providers: Providers,
 
 
 async def test_a_stream_without_usage_is_estimated_and_marked_so(
-        providers: Providers, emulator: tuple[Emulator, str]) -> None:
+    providers: Providers, emulator: tuple[Emulator, str]
+) -> None:
     """litellm counts tokens itself when a provider sends none; that is not a report."""
     fake, url = emulator
-    case_target = ProviderTarget(litellm_model="openai/openai-no-usage",
-                                 api_base=url + "/v1")  # type: ignore[arg-type]
+    case_target = ProviderTarget(litellm_model="openai/openai-no-usage", api_base=url + "/v1")  # type: ignore[arg-type]
     stream = await providers.open_stream(ProviderRequest(case_target, BODY, None, stream=True))
     chunks = [event async for event in stream.events()]
     # 44 characters of prompt / 4; seven content chunks ("Paris", " is", ... ".").
@@ -115,7 +155,8 @@ async def test_a_stream_without_usage_is_estimated_and_marked_so(
 
 
 async def test_vllm_and_gateway_fields_are_never_sent(
-        providers: Providers, emulator: tuple[Emulator, str]) -> None:
+    providers: Providers, emulator: tuple[Emulator, str]
+) -> None:
     fake, url = emulator
     case = CASES[0]
     await providers.complete(ProviderRequest(target(case, url), BODY, "sk-test"))
@@ -126,16 +167,32 @@ async def test_vllm_and_gateway_fields_are_never_sent(
 
 
 async def test_anthropic_opt_in_marks_tools_and_system_prompt(
-        providers: Providers, emulator: tuple[Emulator, str]) -> None:
+    providers: Providers, emulator: tuple[Emulator, str]
+) -> None:
     fake, url = emulator
-    tool = {"type": "function", "function": {"name": "lookup", "description": "Look up.",
-                                             "parameters": {"type": "object", "properties": {}}}}
-    marked = ProviderTarget(litellm_model="anthropic/anthropic-cache-write",
-                            api_base=url, cache_control=True, cache_ttl="1h")  # type: ignore[arg-type]
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look up.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    marked = ProviderTarget(
+        litellm_model="anthropic/anthropic-cache-write",
+        api_base=url,
+        cache_control=True,
+        cache_ttl="1h",
+    )  # type: ignore[arg-type]
     await providers.complete(ProviderRequest(marked, {**BODY, "tools": [tool]}, "sk-test"))
     sent = fake.requests[-1].body
-    assert sent["system"] == [{"type": "text", "text": "You are terse.",
-                               "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    assert sent["system"] == [
+        {
+            "type": "text",
+            "text": "You are terse.",
+            "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        }
+    ]
     assert sent["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert "cache_control" not in str(sent["messages"])
     assert fake.requests[-1].headers["x-api-key"] == "sk-test"
@@ -150,13 +207,16 @@ def test_cache_control_is_refused_for_providers_that_would_reject_it() -> None:
         ProviderTarget(litellm_model="openai/gpt-4.1", cache_control=True)
 
 
-@pytest.mark.parametrize(("case", "status", "retryable"), [
-    ("anthropic/anthropic-error-500", 502, True),
-    ("openai/openai-error-429", 429, True),
-])
+@pytest.mark.parametrize(
+    ("case", "status", "retryable"),
+    [
+        ("anthropic/anthropic-error-500", 502, True),
+        ("openai/openai-error-429", 429, True),
+    ],
+)
 async def test_provider_errors_keep_their_status(
-        case: str, status: int, retryable: bool, providers: Providers,
-        emulator: tuple[Emulator, str]) -> None:
+    case: str, status: int, retryable: bool, providers: Providers, emulator: tuple[Emulator, str]
+) -> None:
     from gateway.upstream.providers import ProviderFailure
 
     _fake, url = emulator

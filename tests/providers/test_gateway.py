@@ -34,8 +34,10 @@ from tests.support.processes import (
 pytestmark = pytest.mark.e2e
 D = Decimal
 KEY_ENV = "KVGATE_TEST_ANTHROPIC_KEY"
-MESSAGES = [{"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "What is the capital of France?"}]
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
 
 
 @dataclass
@@ -60,9 +62,11 @@ class Stack:
 
     def statement(self) -> dict:  # type: ignore[type-arg]
         today = datetime.now(UTC).date().isoformat()
-        reply = httpx.get(self.gateway.url + "/v1/billing/statement",
-                          params={"start": today, "end": today},
-                          headers={"authorization": f"Bearer {self.key}"})
+        reply = httpx.get(
+            self.gateway.url + "/v1/billing/statement",
+            params={"start": today, "end": today},
+            headers={"authorization": f"Bearer {self.key}"},
+        )
         reply.raise_for_status()
         return reply.json()  # type: ignore[no-any-return]
 
@@ -71,9 +75,17 @@ def start_emulator(tmp: Path) -> Proc:
     port = free_port()
     log = tmp / "emulator.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.providers.emulator", "--port", str(port),
-         "--event-delay-s", "0.02"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "tests.providers.emulator",
+            "--port",
+            str(port),
+            "--event-delay-s",
+            "0.02",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process=process)
@@ -89,18 +101,39 @@ def stack(database_url: str, tmp_path: Path) -> Iterator[Stack]:
     with transaction(session_factory(engine)) as session:
         crud.add_prices(session, prices=[SONNET, GPT])
     emulator = start_emulator(tmp_path)
-    anthropic = {"backend": "litellm", "api_base": emulator.url, "api_key_env": KEY_ENV,
-                 "price_model": SONNET.model}
-    config = write_config(tmp_path / "kvgate.yaml", [
-        {"name": "claude", "litellm_model": "anthropic/anthropic-cache-write", **anthropic},
-        {"name": "claude-retry", "litellm_model": "anthropic/anthropic-error-500", **anthropic,
-         "fallbacks": [{"litellm_model": "anthropic/anthropic-cache-read",
-                        "api_base": emulator.url, "api_key_env": KEY_ENV,
-                        "price_model": SONNET.model}]},
-        {"name": "claude-long", "litellm_model": "anthropic/anthropic-long", **anthropic},
-        {"name": "gpt", "backend": "litellm", "litellm_model": "openai/openai-no-usage",
-         "api_base": emulator.url + "/v1", "price_model": GPT.model},
-    ])
+    anthropic = {
+        "backend": "litellm",
+        "api_base": emulator.url,
+        "api_key_env": KEY_ENV,
+        "price_model": SONNET.model,
+    }
+    config = write_config(
+        tmp_path / "kvgate.yaml",
+        [
+            {"name": "claude", "litellm_model": "anthropic/anthropic-cache-write", **anthropic},
+            {
+                "name": "claude-retry",
+                "litellm_model": "anthropic/anthropic-error-500",
+                **anthropic,
+                "fallbacks": [
+                    {
+                        "litellm_model": "anthropic/anthropic-cache-read",
+                        "api_base": emulator.url,
+                        "api_key_env": KEY_ENV,
+                        "price_model": SONNET.model,
+                    }
+                ],
+            },
+            {"name": "claude-long", "litellm_model": "anthropic/anthropic-long", **anthropic},
+            {
+                "name": "gpt",
+                "backend": "litellm",
+                "litellm_model": "openai/openai-no-usage",
+                "api_base": emulator.url + "/v1",
+                "price_model": GPT.model,
+            },
+        ],
+    )
     gateway = start_gateway(tmp_path, config, env)
     try:
         yield Stack(gateway=gateway, emulator=emulator, engine=engine, key=key)
@@ -111,8 +144,14 @@ def stack(database_url: str, tmp_path: Path) -> Iterator[Stack]:
 
 
 def classes(row: RequestRow) -> tuple[int, int, int, int, int, str]:
-    return (row.uncached_tokens, row.cache_read_tokens, row.cache_write_tokens,
-            row.cache_write_1h_tokens, row.output_tokens, row.usage_source)
+    return (
+        row.uncached_tokens,
+        row.cache_read_tokens,
+        row.cache_write_tokens,
+        row.cache_write_1h_tokens,
+        row.output_tokens,
+        row.usage_source,
+    )
 
 
 def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: Stack) -> None:
@@ -126,8 +165,12 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
     assert extra["cost"] == "0.007710000"
     assert extra["usage_source"] == "reported"
 
-    stream = client.chat.completions.create(model="claude", messages=MESSAGES, stream=True,  # type: ignore[arg-type]
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="claude",
+        messages=MESSAGES,
+        stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Paris is the capital of France."
@@ -142,32 +185,43 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
     assert {(r.upstream, r.service_tier, r.price_id, r.stream) for r in rows} == {
         ("anthropic/anthropic-cache-write", "standard", SONNET.id, False),
         # litellm does not pass the tier on from a stream's message_start: base rates.
-        ("anthropic/anthropic-cache-write", None, SONNET.id, True)}
+        ("anthropic/anthropic-cache-write", None, SONNET.id, True),
+    }
 
-    legacy = httpx.post(stack.gateway.url + "/v1/completions",
-                        headers={"authorization": f"Bearer {stack.key}"},
-                        json={"model": "claude", "prompt": "Paris is"})
+    legacy = httpx.post(
+        stack.gateway.url + "/v1/completions",
+        headers={"authorization": f"Bearer {stack.key}"},
+        json={"model": "claude", "prompt": "Paris is"},
+    )
     assert legacy.status_code == 400 and legacy.json()["error"]["param"] == "model"
 
     statement = stack.statement()
     [line] = statement["line_items"]
-    assert (line["model"], line["requests"], line["uncached_tokens"], line["cache_write_tokens"],
-            line["output_tokens"], line["cost_total"]) == (
-        "claude", 2, 40, 3000, 120, "0.015420000")
+    assert (
+        line["model"],
+        line["requests"],
+        line["uncached_tokens"],
+        line["cache_write_tokens"],
+        line["output_tokens"],
+        line["cost_total"],
+    ) == ("claude", 2, 40, 3000, 120, "0.015420000")
     assert statement["totals"]["cost_total"] == "0.015420000"
 
 
 def test_a_500_fails_over_to_the_next_target_as_a_second_attempt(stack: Stack) -> None:
     """Two attempts, both recorded and counted; one completed interaction."""
     reply = stack.client().chat.completions.create(
-        model="claude-retry", messages=MESSAGES,  # type: ignore[arg-type]
-        extra_headers={"x-interaction-id": "conv-42"})
+        model="claude-retry",
+        messages=MESSAGES,  # type: ignore[arg-type]
+        extra_headers={"x-interaction-id": "conv-42"},
+    )
     assert reply.usage is not None and reply.usage.prompt_tokens == 2050
 
     rows = stack.rows(2)
     assert [(r.attempt, r.status, r.upstream, r.interaction_id) for r in rows] == [
         (1, "failed", "anthropic/anthropic-error-500", "conv-42"),
-        (2, "completed", "anthropic/anthropic-cache-read", "conv-42")]
+        (2, "completed", "anthropic/anthropic-cache-read", "conv-42"),
+    ]
     assert rows[0].error is not None and "500" in rows[0].error
     assert rows[1].request_id == rows[0].request_id + ".2"
     # 50 x 3 + 2000 x 0.30 (reads at the cache-read rate) + 80 x 15
@@ -176,15 +230,21 @@ def test_a_500_fails_over_to_the_next_target_as_a_second_attempt(stack: Stack) -
 
     totals = stack.statement()["totals"]
     assert (totals["requests"], totals["completed_interactions"], totals["cost_total"]) == (
-        2, 1, "0.001950000")
+        2,
+        1,
+        "0.001950000",
+    )
     assert totals["cost_per_completed_interaction"] == "0.001950000"
 
 
 def test_an_abandoned_stream_is_recorded_cancelled_with_tokens_so_far(stack: Stack) -> None:
     """The prompt side came in message_start (reported); output is counted, so: estimated."""
-    with httpx.stream("POST", stack.gateway.url + "/v1/chat/completions",
-                      headers={"authorization": f"Bearer {stack.key}"},
-                      json={"model": "claude-long", "messages": MESSAGES, "stream": True}) as reply:
+    with httpx.stream(
+        "POST",
+        stack.gateway.url + "/v1/chat/completions",
+        headers={"authorization": f"Bearer {stack.key}"},
+        json={"model": "claude-long", "messages": MESSAGES, "stream": True},
+    ) as reply:
         seen = 0
         for line in reply.iter_lines():
             if line.startswith("data: {"):
@@ -200,8 +260,11 @@ def test_an_abandoned_stream_is_recorded_cancelled_with_tokens_so_far(stack: Sta
 
 def test_a_stream_without_usage_is_estimated_not_taken_from_litellm(stack: Stack) -> None:
     stream = stack.client().chat.completions.create(
-        model="gpt", messages=MESSAGES, stream=True,  # type: ignore[arg-type]
-        stream_options={"include_usage": True})
+        model="gpt",
+        messages=MESSAGES,
+        stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     usage = chunks[-1].usage
     assert usage is not None

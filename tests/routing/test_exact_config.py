@@ -17,14 +17,20 @@ from gateway.routing.vllm_blocks import BlockHashing
 from tests.support.tiny_model import build_tiny_model
 
 REPLICAS = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
-EVENTS = [{"endpoint": "tcp://127.0.0.1:5557", "replay_endpoint": "tcp://127.0.0.1:5558"},
-          {"endpoint": "tcp://127.0.0.1:5567"}]
+EVENTS = [
+    {"endpoint": "tcp://127.0.0.1:5557", "replay_endpoint": "tcp://127.0.0.1:5558"},
+    {"endpoint": "tcp://127.0.0.1:5567"},
+]
 
 
 def test_a_model_directory_and_one_event_source_per_replica_are_accepted(tmp_path: Path) -> None:
     model = build_tiny_model(tmp_path / "m")
-    deployment = Deployment(name="tiny", replicas=REPLICAS, tokenizer=str(model),  # type: ignore[arg-type]
-                            kv_events=EVENTS)  # type: ignore[arg-type]
+    deployment = Deployment(
+        name="tiny",
+        replicas=REPLICAS,
+        tokenizer=str(model),  # type: ignore[arg-type]
+        kv_events=EVENTS,
+    )  # type: ignore[arg-type]
     assert [e.replay_endpoint for e in deployment.kv_events] == ["tcp://127.0.0.1:5558", None]
 
 
@@ -53,6 +59,7 @@ def test_a_model_directory_hashes_once_the_replicas_gave_block_size_and_algorith
 def test_a_chat_the_template_rejects_is_routed_on_load_alone(tmp_path: Path) -> None:
     hasher = PromptHasher(model="tiny", block_size=32, tokenizer=str(build_tiny_model(tmp_path)))
     hasher.configure(CacheConfig(block_size=32))
-    bad = Call(Endpoint.CHAT, "tiny", {"messages": [{"content": "no role"}]}, False, False,
-               None, None, 40)
+    bad = Call(
+        Endpoint.CHAT, "tiny", {"messages": [{"content": "no role"}]}, False, False, None, None, 40
+    )
     assert (hasher.prompt(bad, "s").hashes, hasher.prompt(bad, "s").exact) == ([], False)

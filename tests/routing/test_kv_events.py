@@ -42,8 +42,11 @@ class LiveSim:
         """One chat request; returns the cached tokens it reported."""
         extra = {"cache_salt": salt} if salt else None
         reply = await self.api.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": text}], max_tokens=2,
-            extra_body=extra)
+            model=MODEL,
+            messages=[{"role": "user", "content": text}],
+            max_tokens=2,
+            extra_body=extra,
+        )
         assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
         return reply.usage.prompt_tokens_details.cached_tokens or 0
 
@@ -54,14 +57,16 @@ def endpoints(tmp: Path) -> KvEventsConfig:
 
 @asynccontextmanager
 async def live_sim(events: KvEventsConfig, capacity_blocks: int = 24) -> AsyncIterator[LiveSim]:
-    config = SimConfig(block_size=4, capacity_blocks=capacity_blocks,
-                       timing=TimingModel.zero(), kv_events=events)
+    config = SimConfig(
+        block_size=4, capacity_blocks=capacity_blocks, timing=TimingModel.zero(), kv_events=events
+    )
     app = create_app(config)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    api = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1",
-                             api_key="unused", max_retries=0)
+    api = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1", api_key="unused", max_retries=0
+    )
     try:
         yield LiveSim(app, api, events)
     finally:
@@ -70,13 +75,18 @@ async def live_sim(events: KvEventsConfig, capacity_blocks: int = 24) -> AsyncIt
 
 
 @asynccontextmanager
-async def consuming(source: KvEventSource, **kwargs: float) -> AsyncIterator[
-        tuple[KvEventConsumer, ExactIndex, list[bool]]]:
+async def consuming(
+    source: KvEventSource, **kwargs: float
+) -> AsyncIterator[tuple[KvEventConsumer, ExactIndex, list[bool]]]:
     index = ExactIndex()
     freshness: list[bool] = []
-    consumer = KvEventConsumer(source, index, on_fresh=lambda _, f: freshness.append(f),
-                               probe_interval_s=kwargs.get("probe_interval_s", 0.1),
-                               replay_timeout_s=kwargs.get("replay_timeout_s", 0.3))
+    consumer = KvEventConsumer(
+        source,
+        index,
+        on_fresh=lambda _, f: freshness.append(f),
+        probe_interval_s=kwargs.get("probe_interval_s", 0.1),
+        replay_timeout_s=kwargs.get("replay_timeout_s", 0.3),
+    )
     consumer.start()
     try:
         yield consumer, index, freshness
@@ -92,8 +102,20 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.02)
 
 
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
-         "lambda", "mu"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+]
 
 
 def prompt(n: int, words: int = 12) -> str:
@@ -122,8 +144,10 @@ async def test_dropped_messages_are_replayed_when_the_next_one_shows_the_gap(
     tmp_path: Path,
 ) -> None:
     events = endpoints(tmp_path)
-    async with live_sim(events, capacity_blocks=16) as sim, LossyRelay(
-            events.endpoint, f"ipc://{tmp_path}/relay") as relay:
+    async with (
+        live_sim(events, capacity_blocks=16) as sim,
+        LossyRelay(events.endpoint, f"ipc://{tmp_path}/relay") as relay,
+    ):
         source = KvEventSource(REPLICA_NAME, relay.endpoint, events.replay_endpoint)
         # Probing is slowed down so that the gap is found by the next live message.
         async with consuming(source, probe_interval_s=30) as (consumer, index, _):
@@ -144,8 +168,10 @@ async def test_dropped_messages_are_replayed_when_the_next_one_shows_the_gap(
 
 async def test_a_silent_tail_of_drops_is_found_by_the_probe(tmp_path: Path) -> None:
     events = endpoints(tmp_path)
-    async with live_sim(events) as sim, LossyRelay(
-            events.endpoint, f"ipc://{tmp_path}/relay") as relay:
+    async with (
+        live_sim(events) as sim,
+        LossyRelay(events.endpoint, f"ipc://{tmp_path}/relay") as relay,
+    ):
         source = KvEventSource(REPLICA_NAME, relay.endpoint, events.replay_endpoint)
         async with consuming(source) as (consumer, index, _):
             await until(lambda: consumer.fresh)

@@ -56,10 +56,15 @@ def test_decoding_vllms_payload_gives_the_events_back() -> None:
 
 def test_raw_byte_hashes_are_named_by_their_low_64_bits_and_unknown_events_skipped() -> None:
     digest = bytes(range(32))
-    payload = msgpack.packb([2.0, [
-        {"type": "BlockRemoved", "block_hashes": [digest], "medium": "CPU"},
-        {"type": "SomethingNewer", "x": 1},
-    ]])
+    payload = msgpack.packb(
+        [
+            2.0,
+            [
+                {"type": "BlockRemoved", "block_hashes": [digest], "medium": "CPU"},
+                {"type": "SomethingNewer", "x": 1},
+            ],
+        ]
+    )
     batch = decode_batch(payload)
     assert batch == EventBatch(2.0, (BlockRemoved((0x18191A1B1C1D1E1F,), "CPU"),), None)
 

@@ -20,8 +20,9 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
 
 
 def test_chat_is_rendered_with_the_template_and_special_tokens(tokenizer: ChatTokenizer) -> None:
-    body = {"messages": [{"role": "system", "content": "Be brief."},
-                         {"role": "user", "content": "Hi"}]}
+    body = {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    }
     assert tokenizer.render(body) == (
         f"{BOS}<|system|>\nBe brief.<|eot|>\n<|user|>\nHi<|eot|>\n<|assistant|>\n"
     )
@@ -44,8 +45,14 @@ def test_chat_tokens_have_no_extra_bos_and_completions_get_one(tokenizer: ChatTo
 def test_text_parts_are_joined_with_newlines_for_a_string_template(
     tokenizer: ChatTokenizer,
 ) -> None:
-    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
-                                                       {"type": "text", "text": "b"}]}]}
+    parts = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ]
+    }
     plain = {"messages": [{"role": "user", "content": "a\nb"}]}
     assert tokenizer.content_format == "string"
     assert tokenizer.chat_tokens(parts) == tokenizer.chat_tokens(plain)
@@ -53,16 +60,24 @@ def test_text_parts_are_joined_with_newlines_for_a_string_template(
 
 def test_a_grown_conversation_starts_with_its_history_tokens(tokenizer: ChatTokenizer) -> None:
     turn1 = [{"role": "user", "content": "Explain the cache."}]
-    turn2 = [*turn1, {"role": "assistant", "content": "It keeps blocks."},
-             {"role": "user", "content": "Why?"}]
+    turn2 = [
+        *turn1,
+        {"role": "assistant", "content": "It keeps blocks."},
+        {"role": "user", "content": "Why?"},
+    ]
     history = tokenizer.chat_tokens({"messages": turn1, "add_generation_prompt": False})
     assert tokenizer.chat_tokens({"messages": turn2})[: len(history)] == history
 
 
 def test_continue_final_message_leaves_the_last_message_open(tokenizer: ChatTokenizer) -> None:
-    body = {"messages": [{"role": "user", "content": "Hi"},
-                         {"role": "assistant", "content": "Hello, wor"}],
-            "continue_final_message": True, "add_generation_prompt": False}
+    body = {
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello, wor"},
+        ],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+    }
     assert tokenizer.render(body) == f"{BOS}<|user|>\nHi<|eot|>\n<|assistant|>\nHello, wor"
 
 

@@ -32,8 +32,9 @@ async def test_stored_blocks_carry_tokens_parent_and_salt_that_rehash_to_their_n
             sub.connect(events.endpoint)
             await asyncio.sleep(0.2)  # ZMQ's slow joiner: let the subscription arrive
             messages = [{"role": "user", "content": "a b c d e f g h i j"}]  # 12 tokens
-            await s.api.chat.completions.create(model=MODEL, messages=messages, max_tokens=7,
-                                                extra_body={"cache_salt": "t"})
+            await s.api.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=7, extra_body={"cache_salt": "t"}
+            )
             frames = [await sub.recv_multipart() for _ in range(2)]
     finally:
         context.destroy(linger=0)

@@ -23,15 +23,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, timeout_s: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http(
+    url: str, timeout_s: float = 20.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"process exited with {process.returncode} before {url} was ready")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1) as reply:
-                if reply.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+            if reply.status == 200:
+                return
         time.sleep(0.05)
     raise TimeoutError(f"{url} not ready after {timeout_s} s")
 
@@ -55,19 +56,33 @@ class Proc:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def kvgate(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kvgate(
+    *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (``python -m gateway.cli``)."""
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], env=env, text=True,
-                          capture_output=True, check=check, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        check=check,
+        timeout=120,
+    )
 
 
-def start_sim(tmp: Path, *, model: str = "kvgate/demo-llama-8b", extra: tuple[str, ...] = (),
-              port: int | None = None) -> Proc:
+def start_sim(
+    tmp: Path,
+    *,
+    model: str = "kvgate/demo-llama-8b",
+    extra: tuple[str, ...] = (),
+    port: int | None = None,
+) -> Proc:
     port = port or free_port()
     log = tmp / f"sim-{port}.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "sim", "--port", str(port), "--model", model, *extra],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", process=process)
@@ -81,15 +96,17 @@ def write_config(path: Path, models: list[dict[str, object]]) -> Path:
 
 def gateway_env(database_url: str, journal_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVGATE_")}
-    env.update({
-        "KVGATE_DATABASE_URL": database_url,
-        "KVGATE_JOURNAL_DIR": str(journal_dir),
-        "KVGATE_KEY_REFRESH_S": "0.5",
-        "KVGATE_PRICE_REFRESH_S": "0.5",
-        "KVGATE_RECORDER_FLUSH_INTERVAL_S": "0.05",
-        "KVGATE_LOG_LEVEL": "warning",
-        **extra,
-    })
+    env.update(
+        {
+            "KVGATE_DATABASE_URL": database_url,
+            "KVGATE_JOURNAL_DIR": str(journal_dir),
+            "KVGATE_KEY_REFRESH_S": "0.5",
+            "KVGATE_PRICE_REFRESH_S": "0.5",
+            "KVGATE_RECORDER_FLUSH_INTERVAL_S": "0.05",
+            "KVGATE_LOG_LEVEL": "warning",
+            **extra,
+        }
+    )
     return env
 
 
@@ -97,8 +114,19 @@ def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None
     port = port or free_port()
     log = tmp / f"gateway-{port}.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", str(port)],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
         start_new_session=True,  # its own process group: a test can kill it with its children
     )
     url = f"http://127.0.0.1:{port}"

@@ -35,7 +35,8 @@ def require_vllm() -> Path:
     if not VLLM_PYTHON.exists():
         raise VllmUnavailable(
             f"no vLLM virtualenv at {VLLM_VENV}: run `make vllm-venv` (about 2 minutes, "
-            "2.5 GB) or point KVGATE_VLLM_VENV at one; deselect with `-m 'not vllm'`")
+            "2.5 GB) or point KVGATE_VLLM_VENV at one; deselect with `-m 'not vllm'`"
+        )
     return VLLM_PYTHON
 
 
@@ -85,33 +86,80 @@ def launch_vllm(
     replay_port = replay_port or free_port()
     for sub in ("tmp", "cache", "config"):
         (directory / sub).mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KVGATE_", "VIRTUAL_ENV", "PYTHONHASHSEED", "VLLM_"))}
-    env.update({
-        "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": str(directory / "tmp"),
-        "VLLM_CACHE_ROOT": str(directory / "cache"), "VLLM_CONFIG_ROOT": str(directory / "config"),
-    })
-    events = {"enable_kv_cache_events": True, "publisher": "zmq",
-              # "*" makes vLLM bind; a plain address would make it connect out.
-              "endpoint": f"tcp://*:{events_port}",
-              "replay_endpoint": f"tcp://127.0.0.1:{replay_port}", "topic": "kv"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("KVGATE_", "VIRTUAL_ENV", "PYTHONHASHSEED", "VLLM_"))
+    }
+    env.update(
+        {
+            "VLLM_TARGET_DEVICE": "cpu",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "TMPDIR": str(directory / "tmp"),
+            "VLLM_CACHE_ROOT": str(directory / "cache"),
+            "VLLM_CONFIG_ROOT": str(directory / "config"),
+        }
+    )
+    events = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        # "*" makes vLLM bind; a plain address would make it connect out.
+        "endpoint": f"tcp://*:{events_port}",
+        "replay_endpoint": f"tcp://127.0.0.1:{replay_port}",
+        "topic": "kv",
+    }
     argv = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--enable-prefix-caching", "--enable-prompt-tokens-details",
-        "--block-size", str(BLOCK_SIZE), "--num-gpu-blocks-override", str(num_blocks),
-        "--max-model-len", str(max_model_len), "--enforce-eager", "--dtype", "float32",
-        "--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", "67108864",
-        "--kv-events-config", json.dumps(events),
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--block-size",
+        str(BLOCK_SIZE),
+        "--num-gpu-blocks-override",
+        str(num_blocks),
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+        "--distributed-executor-backend",
+        "uni",
+        "--kv-cache-memory-bytes",
+        "67108864",
+        "--kv-events-config",
+        json.dumps(events),
     ]
     log = directory / "vllm.log"
-    process = subprocess.Popen(argv, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
-                               cwd=directory, start_new_session=True)
-    return VllmServer(process, f"http://127.0.0.1:{port}", port,
-                      f"tcp://127.0.0.1:{events_port}", f"tcp://127.0.0.1:{replay_port}",
-                      events_port, replay_port, log, directory)
+    process = subprocess.Popen(
+        argv,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=directory,
+        start_new_session=True,
+    )
+    return VllmServer(
+        process,
+        f"http://127.0.0.1:{port}",
+        port,
+        f"tcp://127.0.0.1:{events_port}",
+        f"tcp://127.0.0.1:{replay_port}",
+        events_port,
+        replay_port,
+        log,
+        directory,
+    )
 
 
 def wait_ready(server: VllmServer, timeout_s: float = 240.0) -> VllmServer:
@@ -121,8 +169,9 @@ def wait_ready(server: VllmServer, timeout_s: float = 240.0) -> VllmServer:
         wait_http(server.url + "/health", timeout_s=timeout_s, process=server.process)
     except (RuntimeError, TimeoutError) as exc:
         server.stop()
-        raise VllmUnavailable(f"vLLM did not start ({exc}); its log ends:\n"
-                              + server.output()[-4000:]) from None
+        raise VllmUnavailable(
+            f"vLLM did not start ({exc}); its log ends:\n" + server.output()[-4000:]
+        ) from None
     server.ready_s = time.monotonic() - started  # type: ignore[attr-defined]
     return server
 
@@ -133,8 +182,15 @@ def restart(server: VllmServer, timeout_s: float = 240.0) -> VllmServer:
     model = Path(_argument(server.process.args, "--model"))  # type: ignore[arg-type]
     blocks = int(_argument(server.process.args, "--num-gpu-blocks-override"))  # type: ignore[arg-type]
     max_len = int(_argument(server.process.args, "--max-model-len"))  # type: ignore[arg-type]
-    again = launch_vllm(server.directory, model, port=server.port, events_port=server.events_port,
-                        replay_port=server.replay_port, num_blocks=blocks, max_model_len=max_len)
+    again = launch_vllm(
+        server.directory,
+        model,
+        port=server.port,
+        events_port=server.events_port,
+        replay_port=server.replay_port,
+        num_blocks=blocks,
+        max_model_len=max_len,
+    )
     return wait_ready(again, timeout_s)
 
 

@@ -76,8 +76,9 @@ class ExactStack:
     extra: dict[str, object] = field(default_factory=dict)
 
     def client(self, tenant: str = "alpha") -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key=self.keys[tenant],
-                             max_retries=0)
+        return openai.OpenAI(
+            base_url=self.gateway.url + "/v1", api_key=self.keys[tenant], max_retries=0
+        )
 
     def row(self, request_id: str, timeout_s: float = 5.0) -> RequestRow:
         """The request's record, once the recorder has written it."""
@@ -85,7 +86,8 @@ class ExactStack:
         while True:
             with self.engine.connect() as connection:
                 found = connection.execute(  # type: ignore[call-overload]
-                    select(RequestRow).where(RequestRow.request_id == request_id)).first()
+                    select(RequestRow).where(RequestRow.request_id == request_id)
+                ).first()
             if found is not None:
                 return found  # type: ignore[no-any-return]
             if time.monotonic() > deadline:
@@ -98,24 +100,48 @@ def _sim_backend(tmp: Path) -> Backend:
     replicas: list[Replica] = []
     for n in range(2):
         port, events, replay = free_port(), free_port(), free_port()
-        extra = ("--block-size", str(BLOCK_SIZE), "--capacity-blocks", str(NUM_BLOCKS),
-                 "--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0",
-                 "--max-model-len", "1024", "--kv-events-endpoint", f"tcp://*:{events}",
-                 "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{replay}",
-                 "--kv-events-topic", "kv")
+        extra = (
+            "--block-size",
+            str(BLOCK_SIZE),
+            "--capacity-blocks",
+            str(NUM_BLOCKS),
+            "--prefill-tokens-per-s",
+            "0",
+            "--decode-tokens-per-s",
+            "0",
+            "--max-model-len",
+            "1024",
+            "--kv-events-endpoint",
+            f"tcp://*:{events}",
+            "--kv-events-replay-endpoint",
+            f"tcp://127.0.0.1:{replay}",
+            "--kv-events-topic",
+            "kv",
+        )
         directory = tmp / f"sim{n}"
         directory.mkdir()
-        holder: dict[str, Proc] = {"proc": start_sim(directory, model=SERVED_NAME, extra=extra,
-                                                     port=port)}
+        holder: dict[str, Proc] = {
+            "proc": start_sim(directory, model=SERVED_NAME, extra=extra, port=port)
+        }
 
-        def again(holder: dict[str, Proc] = holder, extra: tuple[str, ...] = extra,
-                  port: int = port, directory: Path = directory) -> None:
+        def again(
+            holder: dict[str, Proc] = holder,
+            extra: tuple[str, ...] = extra,
+            port: int = port,
+            directory: Path = directory,
+        ) -> None:
             holder["proc"].stop(signal.SIGKILL)
             holder["proc"] = start_sim(directory, model=SERVED_NAME, extra=extra, port=port)
 
-        replicas.append(Replica(holder["proc"].url, f"tcp://127.0.0.1:{events}",
-                                f"tcp://127.0.0.1:{replay}", again,
-                                lambda holder=holder: holder["proc"].stop()))  # type: ignore[misc]
+        replicas.append(
+            Replica(
+                holder["proc"].url,
+                f"tcp://127.0.0.1:{events}",
+                f"tcp://127.0.0.1:{replay}",
+                again,
+                lambda holder=holder: holder["proc"].stop(),
+            )
+        )  # type: ignore[misc]
     return Backend("sim", "kvgate-sim", replicas, time.monotonic() - started)
 
 
@@ -136,14 +162,22 @@ def _vllm_backend(tmp: Path) -> Backend:
         def again(holder: dict[str, VllmServer] = holder) -> None:
             holder["server"] = restart(holder["server"])
 
-        replicas.append(Replica(server.url, server.events_endpoint, server.replay_endpoint,
-                                again, lambda holder=holder: holder["server"].stop()))  # type: ignore[misc]
+        replicas.append(
+            Replica(
+                server.url,
+                server.events_endpoint,
+                server.replay_endpoint,
+                again,
+                lambda holder=holder: holder["server"].stop(),
+            )
+        )  # type: ignore[misc]
     return Backend("vllm", str(model), replicas, time.monotonic() - started)
 
 
 @pytest.fixture(scope="session", params=["sim", pytest.param("vllm", marks=pytest.mark.vllm)])
-def backend(request: pytest.FixtureRequest,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+def backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Backend]:
     tmp = tmp_path_factory.mktemp(f"backend-{request.param}")
     running = _sim_backend(tmp) if request.param == "sim" else _vllm_backend(tmp)
     try:
@@ -157,25 +191,47 @@ def backend(request: pytest.FixtureRequest,
 def stack(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExactStack]:
     tmp = tmp_path_factory.mktemp(f"exact-{backend.kind}")
     database_url = f"sqlite:///{tmp / 'kvgate.db'}"
-    env = gateway_env(database_url, tmp / "journal", KVGATE_HEALTH_INTERVAL_S="0.3",
-                      KVGATE_LOAD_INTERVAL_S="0.3", KVGATE_LOG_LEVEL="info")
+    env = gateway_env(
+        database_url,
+        tmp / "journal",
+        KVGATE_HEALTH_INTERVAL_S="0.3",
+        KVGATE_LOAD_INTERVAL_S="0.3",
+        KVGATE_LOG_LEVEL="info",
+    )
     kvgate("db", "upgrade", env=env)
     kvgate("prices", "sync", env=env)
     keys = {name: make_tenant(env, name)[0] for name in ("alpha", "beta")}
     replicas = backend.replicas
 
     def events(chosen: list[Replica]) -> list[dict[str, str]]:
-        return [{"endpoint": r.events_endpoint, "replay_endpoint": r.replay_endpoint,
-                 "topic": "kv"} for r in chosen]
+        return [
+            {"endpoint": r.events_endpoint, "replay_endpoint": r.replay_endpoint, "topic": "kv"}
+            for r in chosen
+        ]
 
-    common = {"upstream_model": SERVED_NAME, "price_model": PRICED_AS,
-              "tokenizer": backend.tokenizer, "connect_timeout_s": 2}
-    config = write_config(tmp / "kvgate.yaml", [
-        {"name": "tiny", "replicas": [r.url for r in replicas], "kv_events": events(replicas),
-         **common},
-        {"name": "tiny-solo", "replicas": [replicas[0].url], "kv_events": events(replicas[:1]),
-         **common},
-    ])
+    common = {
+        "upstream_model": SERVED_NAME,
+        "price_model": PRICED_AS,
+        "tokenizer": backend.tokenizer,
+        "connect_timeout_s": 2,
+    }
+    config = write_config(
+        tmp / "kvgate.yaml",
+        [
+            {
+                "name": "tiny",
+                "replicas": [r.url for r in replicas],
+                "kv_events": events(replicas),
+                **common,
+            },
+            {
+                "name": "tiny-solo",
+                "replicas": [replicas[0].url],
+                "kv_events": events(replicas[:1]),
+                **common,
+            },
+        ],
+    )
     gateway = start_gateway(tmp, config, env)
     engine = make_engine(database_url)
     try:

@@ -16,11 +16,13 @@ from gateway.routing.load import parse_metrics
 from gateway.routing.vllm_blocks import BlockHashing
 from tests.support.vllm import BLOCK_SIZE, SERVED_NAME
 
-_VOCABULARY = ("cache block token prefix model replica gateway router tenant salt hash chain queue "
-          "batch decode prefill stream chunk usage price cost ledger record window context "
-          "prompt answer signal vector matrix kernel memory latency budget invoice statement "
-          "rate hit miss evict reuse warm cold fast steady exact simple quiet bright river "
-          "stone cloud field orbit harbor lantern meadow summit thread anchor beacon")
+_VOCABULARY = (
+    "cache block token prefix model replica gateway router tenant salt hash chain queue "
+    "batch decode prefill stream chunk usage price cost ledger record window context "
+    "prompt answer signal vector matrix kernel memory latency budget invoice statement "
+    "rate hit miss evict reuse warm cold fast steady exact simple quiet bright river "
+    "stone cloud field orbit harbor lantern meadow summit thread anchor beacon"
+)
 
 
 def text(seed: int, words: int) -> str:
@@ -39,8 +41,9 @@ def prefix_cache_hits(urls: Sequence[str]) -> int:
     return total
 
 
-def replica_tokens(url: str, messages: list[dict[str, Any]] | None = None, *,
-                   prompt: str | None = None) -> list[int]:
+def replica_tokens(
+    url: str, messages: list[dict[str, Any]] | None = None, *, prompt: str | None = None
+) -> list[int]:
     """The prompt tokens the replica itself computes for a chat or a prompt (/tokenize)."""
     request_body: dict[str, Any] = {"model": SERVED_NAME}
     if messages is not None:
@@ -48,8 +51,9 @@ def replica_tokens(url: str, messages: list[dict[str, Any]] | None = None, *,
     else:
         request_body["prompt"] = prompt
     body = json.dumps(request_body).encode()
-    request = urllib.request.Request(url + "/tokenize", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + "/tokenize", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=10) as reply:
         return list(json.loads(reply.read())["tokens"])
 
@@ -92,12 +96,13 @@ def gateway_metric(gateway_url: str, name: str, model: str, replica_url: str) ->
     wanted = f'{name}{{model="{model}",replica="{replica_url}"}} '
     for line in lines:
         if line.startswith(wanted):
-            return float(line[len(wanted):])
+            return float(line[len(wanted) :])
     return None
 
 
-def settle(gateway_url: str, model: str, replicas: Sequence[tuple[str, str]],
-           timeout_s: float = 15.0) -> None:
+def settle(
+    gateway_url: str, model: str, replicas: Sequence[tuple[str, str]], timeout_s: float = 15.0
+) -> None:
     """Wait until the gateway has applied every KV event batch its replicas published.
 
     ``replicas`` are (url, replay endpoint) pairs. A prediction made before then would
@@ -106,8 +111,7 @@ def settle(gateway_url: str, model: str, replicas: Sequence[tuple[str, str]],
     deadline = time.monotonic() + timeout_s
     for url, replay in replicas:
         target = published(replay)
-        while gateway_metric(gateway_url, "kvgate_replica_kv_events_applied", model,
-                             url) != target:
+        while gateway_metric(gateway_url, "kvgate_replica_kv_events_applied", model, url) != target:
             if time.monotonic() > deadline:
                 raise AssertionError(f"the gateway did not apply {url}'s {target} batches")
             time.sleep(0.02)

@@ -22,15 +22,21 @@ def test_recorded_cached_tokens_equal_reported_ones_and_sum_to_the_hit_counter(
     for turn in range(3):
         messages = [system, {"role": "user", "content": f"question {turn}: " + text(turn, 30)}]
         raw = client.chat.completions.with_raw_response.create(
-            model="tiny", messages=messages, max_tokens=3, temperature=0)  # type: ignore[list-item]
+            model="tiny", messages=messages, max_tokens=3, temperature=0
+        )  # type: ignore[list-item]
         reply = raw.parse()
         assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
         reported.append(reply.usage.prompt_tokens_details.cached_tokens or 0)
         recorded.append(_cache_read(stack, raw.headers["x-request-id"], reply.usage.prompt_tokens))
 
         streamed = client.chat.completions.with_raw_response.create(
-            model="tiny", messages=messages, max_tokens=3, temperature=0, stream=True,  # type: ignore[list-item]
-            stream_options={"include_usage": True})
+            model="tiny",
+            messages=messages,
+            max_tokens=3,
+            temperature=0,
+            stream=True,  # type: ignore[list-item]
+            stream_options={"include_usage": True},
+        )
         chunks = list(streamed.parse())
         usage = chunks[-1].usage
         assert usage is not None and usage.prompt_tokens_details is not None
@@ -38,15 +44,18 @@ def test_recorded_cached_tokens_equal_reported_ones_and_sum_to_the_hit_counter(
         recorded.append(_cache_read(stack, streamed.headers["x-request-id"], usage.prompt_tokens))
 
     completion = client.completions.with_raw_response.create(
-        model="tiny", prompt=text(102, 150), max_tokens=2, temperature=0)
+        model="tiny", prompt=text(102, 150), max_tokens=2, temperature=0
+    )
     again = client.completions.with_raw_response.create(
-        model="tiny", prompt=text(102, 150), max_tokens=2, temperature=0)
+        model="tiny", prompt=text(102, 150), max_tokens=2, temperature=0
+    )
     for raw_completion in (completion, again):
         parsed = raw_completion.parse()
         assert parsed.usage is not None and parsed.usage.prompt_tokens_details is not None
         reported.append(parsed.usage.prompt_tokens_details.cached_tokens or 0)
-        recorded.append(_cache_read(stack, raw_completion.headers["x-request-id"],
-                                    parsed.usage.prompt_tokens))
+        recorded.append(
+            _cache_read(stack, raw_completion.headers["x-request-id"], parsed.usage.prompt_tokens)
+        )
 
     assert recorded == reported
     # The shared system prompt and the repeats were served from cache: the test means something.

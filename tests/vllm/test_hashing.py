@@ -19,28 +19,47 @@ from tests.vllm.replicas import replay_all, replica_tokens, text
 UNICODE = "Unicode: ünïcödé, 日本語, emoji 🙂 "
 CHATS: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "Hello there, " + text(11, 50)}]},
-    {"messages": [{"role": "system", "content": text(12, 80)},
-                  {"role": "user", "content": [{"type": "text", "text": "part one"},
-                                               {"type": "text", "text": text(13, 40)}]}]},
-    {"messages": [{"role": "user", "content": "Why? " + text(14, 30)},
-                  {"role": "assistant", "content": "Because " + text(15, 30)},
-                  {"role": "user", "content": "And then? " + text(16, 30)}]},
+    {
+        "messages": [
+            {"role": "system", "content": text(12, 80)},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "part one"},
+                    {"type": "text", "text": text(13, 40)},
+                ],
+            },
+        ]
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "Why? " + text(14, 30)},
+            {"role": "assistant", "content": "Because " + text(15, 30)},
+            {"role": "user", "content": "And then? " + text(16, 30)},
+        ]
+    },
     {"messages": [{"role": "user", "content": UNICODE + text(17, 40)}]},
 ]
 PROMPT = "A completion prompt: " + text(18, 90)
 
 
 def hasher(stack: ExactStack) -> PromptHasher:
-    made = PromptHasher(model=SERVED_NAME, block_size=BLOCK_SIZE,
-                        tokenizer=stack.backend.tokenizer)
+    made = PromptHasher(model=SERVED_NAME, block_size=BLOCK_SIZE, tokenizer=stack.backend.tokenizer)
     made.configure(CacheConfig(block_size=BLOCK_SIZE, hash_algo="sha256"))
     return made
 
 
 def call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
-    return Call(endpoint=endpoint, model=SERVED_NAME, body=body, stream=False,
-                client_wants_usage=False, client_salt=None, interaction_hint=None,
-                prompt_chars=0)
+    return Call(
+        endpoint=endpoint,
+        model=SERVED_NAME,
+        body=body,
+        stream=False,
+        client_wants_usage=False,
+        client_salt=None,
+        interaction_hint=None,
+        prompt_chars=0,
+    )
 
 
 def test_prompt_tokens_are_the_replicas_own(stack: ExactStack) -> None:
@@ -48,7 +67,8 @@ def test_prompt_tokens_are_the_replicas_own(stack: ExactStack) -> None:
     prompts = hasher(stack)
     for body in CHATS:
         assert prompts.prompt(call(Endpoint.CHAT, body), "").prompt_tokens == len(
-            replica_tokens(replica, body["messages"]))
+            replica_tokens(replica, body["messages"])
+        )
     completion = prompts.prompt(call(Endpoint.COMPLETIONS, {"prompt": PROMPT}), "")
     assert completion.prompt_tokens == len(replica_tokens(replica, prompt=PROMPT))
 
@@ -60,17 +80,25 @@ def test_salted_block_hashes_are_the_ones_the_replica_announces(stack: ExactStac
     expected: list[int] = []
     for n, body in enumerate(CHATS):
         salt = f"tenant-salt-{n}"
-        api.chat.completions.create(model=SERVED_NAME, max_tokens=1, temperature=0,
-                                    extra_body={"cache_salt": salt}, **body)
+        api.chat.completions.create(
+            model=SERVED_NAME, max_tokens=1, temperature=0, extra_body={"cache_salt": salt}, **body
+        )
         expected += prompts.prompt(call(Endpoint.CHAT, body), salt).hashes
-    api.completions.create(model=SERVED_NAME, prompt=PROMPT, max_tokens=1, temperature=0,
-                           extra_body={"cache_salt": "tenant-salt-c"})
-    expected += prompts.prompt(call(Endpoint.COMPLETIONS, {"prompt": PROMPT}),
-                               "tenant-salt-c").hashes
+    api.completions.create(
+        model=SERVED_NAME,
+        prompt=PROMPT,
+        max_tokens=1,
+        temperature=0,
+        extra_body={"cache_salt": "tenant-salt-c"},
+    )
+    expected += prompts.prompt(
+        call(Endpoint.COMPLETIONS, {"prompt": PROMPT}), "tenant-salt-c"
+    ).hashes
     announced = {
         block
         for _, payload in replay_all(replica.replay_endpoint)
-        for event in decode_batch(payload).events if isinstance(event, BlockStored)
+        for event in decode_batch(payload).events
+        if isinstance(event, BlockStored)
         for block in event.block_hashes
     }
     assert len(expected) >= 8

@@ -13,8 +13,12 @@ from tests.vllm.replicas import text
 def cached(client: openai.OpenAI, content: str, salt: str | None = None) -> tuple[int, int]:
     """(cached tokens, prompt tokens) of one request to the single-replica deployment."""
     reply = client.chat.completions.create(
-        model="tiny-solo", messages=[{"role": "user", "content": content}], max_tokens=2,
-        temperature=0, extra_body={"cache_salt": salt} if salt else None)
+        model="tiny-solo",
+        messages=[{"role": "user", "content": content}],
+        max_tokens=2,
+        temperature=0,
+        extra_body={"cache_salt": salt} if salt else None,
+    )
     assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
     return reply.usage.prompt_tokens_details.cached_tokens or 0, reply.usage.prompt_tokens
 
@@ -42,10 +46,15 @@ def test_a_client_chosen_salt_never_reaches_another_tenants_cache(stack: ExactSt
     assert cached(beta, prompt, salt="team-x")[0] == 0
     assert cached(alpha, prompt)[0] == 0
     # A raw salt sent straight to vLLM is not the salt kvgate sent on alpha's behalf.
-    replica = openai.OpenAI(base_url=stack.backend.replicas[0].url + "/v1", api_key="unused",
-                            max_retries=0)
+    replica = openai.OpenAI(
+        base_url=stack.backend.replicas[0].url + "/v1", api_key="unused", max_retries=0
+    )
     direct = replica.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=2,
-        temperature=0, extra_body={"cache_salt": "team-x"})
+        model="tiny",
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=2,
+        temperature=0,
+        extra_body={"cache_salt": "team-x"},
+    )
     assert direct.usage is not None and direct.usage.prompt_tokens_details is not None
     assert direct.usage.prompt_tokens_details.cached_tokens == 0

@@ -29,8 +29,12 @@ NAME = "replica"
 @asynccontextmanager
 async def consumer(endpoint: str, replay: str) -> AsyncIterator[tuple[KvEventConsumer, ExactIndex]]:
     index = ExactIndex()
-    running = KvEventConsumer(KvEventSource(NAME, endpoint, replay, "kv"), index,
-                              probe_interval_s=0.2, replay_timeout_s=1.0)
+    running = KvEventConsumer(
+        KvEventSource(NAME, endpoint, replay, "kv"),
+        index,
+        probe_interval_s=0.2,
+        replay_timeout_s=1.0,
+    )
     running.start()
     try:
         yield running, index
@@ -49,8 +53,11 @@ async def ask(replica: Replica, content: str) -> int:
     api = openai.AsyncOpenAI(base_url=replica.url + "/v1", api_key="unused", max_retries=0)
     try:
         reply = await api.chat.completions.create(
-            model=SERVED_NAME, messages=[{"role": "user", "content": content}], max_tokens=2,
-            temperature=0)
+            model=SERVED_NAME,
+            messages=[{"role": "user", "content": content}],
+            max_tokens=2,
+            temperature=0,
+        )
     finally:
         await api.close()
     assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
@@ -86,8 +93,9 @@ async def test_dropped_messages_are_recovered_and_the_index_equals_the_holdings(
             await ask(replica, content)
         # Every batch published so far has passed the relay (and was dropped) first.
         await asyncio.sleep(0.3)
-        await until(lambda: reference.next_seq is not None
-                    and relay.last_seq == reference.next_seq - 1)
+        await until(
+            lambda: reference.next_seq is not None and relay.last_seq == reference.next_seq - 1
+        )
         relay.dropping = False
         await ask(replica, prompts[7])
         await until(lambda: index.blocks(NAME) == truth.blocks(NAME))
@@ -111,8 +119,11 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
             await ask(replica, content)
         for _ in range(2):
             gateway.chat.completions.create(
-                model="tiny", messages=[{"role": "user", "content": through_gateway}],
-                max_tokens=2, temperature=0)
+                model="tiny",
+                messages=[{"role": "user", "content": through_gateway}],
+                max_tokens=2,
+                temperature=0,
+            )
         await until(lambda: len(index.blocks(NAME)) > 0)
         watch = asyncio.ensure_future(_record_freshness(watcher, freshness))
         await asyncio.to_thread(replica.restart)
@@ -131,8 +142,11 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
     for _ in range(2):
         await asyncio.to_thread(settle, stack.gateway.url, "tiny", replicas)
         raw = gateway.chat.completions.with_raw_response.create(
-            model="tiny", messages=[{"role": "user", "content": through_gateway}],
-            max_tokens=2, temperature=0)
+            model="tiny",
+            messages=[{"role": "user", "content": through_gateway}],
+            max_tokens=2,
+            temperature=0,
+        )
         reply = raw.parse()
         assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
         row = stack.row(raw.headers["x-request-id"])
@@ -140,8 +154,7 @@ async def test_a_restarted_replica_is_detected_and_its_new_empty_cache_followed(
 
 
 def _gateway_fresh(stack: ExactStack, replica_url: str) -> float | None:
-    return gateway_metric(stack.gateway.url, "kvgate_replica_kv_events_fresh", "tiny",
-                          replica_url)
+    return gateway_metric(stack.gateway.url, "kvgate_replica_kv_events_fresh", "tiny", replica_url)
 
 
 async def _record_freshness(watcher: KvEventConsumer, seen: list[bool]) -> None:

@@ -31,8 +31,10 @@ def test_predictions_equal_the_replicas_counts_through_sharing_and_eviction(
     ]
     # Twelve new long prompts (about 12 blocks each) through its 48 blocks: evictions.
     script += [(f"filler {n}", "tiny-solo", text(300 + n, 380), "Go on.") for n in range(12)]
-    script += [("after eviction", "tiny-solo", shared, first),
-               ("after eviction, again", "tiny-solo", shared, first)]
+    script += [
+        ("after eviction", "tiny-solo", shared, first),
+        ("after eviction, again", "tiny-solo", shared, first),
+    ]
 
     replicas = {"tiny": [(r.url, r.replay_endpoint) for r in stack.backend.replicas]}
     replicas["tiny-solo"] = replicas["tiny"][:1]
@@ -41,7 +43,8 @@ def test_predictions_equal_the_replicas_counts_through_sharing_and_eviction(
         settle(stack.gateway.url, model, replicas[model])
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=messages, max_tokens=2, temperature=0)  # type: ignore[arg-type]
+            model=model, messages=messages, max_tokens=2, temperature=0
+        )  # type: ignore[arg-type]
         reply = raw.parse()
         assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
         row = stack.row(raw.headers["x-request-id"])
@@ -49,7 +52,8 @@ def test_predictions_equal_the_replicas_counts_through_sharing_and_eviction(
         outcomes.append((label, row.predicted_cached_tokens, reported, reply.usage.prompt_tokens))
 
     assert [(label, predicted) for label, predicted, _, _ in outcomes] == [
-        (label, reported) for label, _, reported, _ in outcomes]
+        (label, reported) for label, _, reported, _ in outcomes
+    ]
     by_label = {label: (reported, prompt) for label, _, reported, prompt in outcomes}
     usable = (by_label["repeat"][1] - 1) // BLOCK_SIZE * BLOCK_SIZE
     assert by_label["first sight"][0] == 0
