@@ -291,6 +291,9 @@ class Proxy:
         error: UpstreamError | None = None
         try:
             async for data in upstream.chunks():
+                # The events of one read go out together, at once: one send per read,
+                # not per event (a token stream can bring many events in one read).
+                passing: list[bytes] = []
                 for event in splitter.feed(data):
                     if first_token_at is None:
                         first_token_at = now()
@@ -299,7 +302,9 @@ class Proxy:
                     if held is not None:
                         usage_chunk = held
                     elif not state.saw_done:
-                        yield event
+                        passing.append(event)
+                if passing:
+                    yield b"".join(passing)
         except UpstreamError as exc:
             error = exc
         except BaseException:
