@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import errors
+from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import Recorder
 from gateway.api import admin, billing, health, inference
 from gateway.auth import KeyRing, Principal
@@ -103,6 +104,9 @@ def create_app(settings: Settings) -> FastAPI:
         )
         recorder.start()
         state.http = make_session()
+        state.ledger = ledger = Ledger(
+            book=await asyncio.to_thread(load_prices), recorder=recorder, metrics=metrics
+        )
         state.proxy = proxy = Proxy(
             secret=settings.secret,
             session=state.http,
@@ -111,18 +115,14 @@ def create_app(settings: Settings) -> FastAPI:
                 for name, d in state.deployments.items()
                 if d.backend == "vllm"
             },
-            recorder=recorder,
-            metrics=metrics,
-            book=await asyncio.to_thread(load_prices),
+            ledger=ledger,
         )
 
         # litellm is imported (seconds) only when a deployment needs it, and before serving.
-        state.providers = await build_provider_proxy(settings, state.deployments, proxy)
+        state.providers = await build_provider_proxy(settings, state.deployments, ledger)
 
         async def refresh_prices() -> None:
-            proxy.book = await asyncio.to_thread(load_prices)
-            if state.providers is not None:
-                state.providers.book = proxy.book
+            ledger.book = await asyncio.to_thread(load_prices)
 
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)
@@ -165,7 +165,7 @@ def create_app(settings: Settings) -> FastAPI:
             "kvgate ready: %d model(s), %d active key(s), %d price(s)",
             len(state.deployments),
             len(keys),
-            len(proxy.book),
+            len(ledger.book),
         )
         try:
             yield

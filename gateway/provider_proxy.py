@@ -23,13 +23,12 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from gateway.accounting.recorder import Recorder
+from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
 from gateway.api.calls import Endpoint
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, error_body
-from gateway.metrics import Metrics
-from gateway.proxy import Context, Proxy
+from gateway.proxy import Context
 from gateway.upstream import sse
 from gateway.upstream.providers import (
     ProviderFailure,
@@ -39,8 +38,6 @@ from gateway.upstream.providers import (
     now,
 )
 from gateway.usage import Usage, to_openai
-from pricing.book import PriceBook
-from pricing.cost import Cost, compute
 
 log = logging.getLogger("kvgate.providers")
 POLICY = "fallback"
@@ -65,18 +62,12 @@ class ProviderProxy:
         providers: Providers,
         deployments: Mapping[str, ProviderDeployment],
         keys: Mapping[str, str],
-        recorder: Recorder,
-        metrics: Metrics,
-        book: PriceBook,
+        ledger: Ledger,
     ) -> None:
         self.providers = providers
         self.deployments = dict(deployments)
         self.keys = dict(keys)
-        self.recorder = recorder
-        self.metrics = metrics
-        self.book = book
-        self._background: set[asyncio.Task[None]] = set()
-        self._unpriced_logged: set[str] = set()
+        self.ledger = ledger
 
     # -- building blocks ------------------------------------------------------------------
 
@@ -112,48 +103,29 @@ class ProviderProxy:
         error: str | None = None,
     ) -> Record:
         """Price the attempt with its target's entry in force at its start, for its tier."""
-        model = attempt.target.bills_as
-        price = self.book.price_for(model, at=attempt.started_at)
-        if price is None and model not in self._unpriced_logged:
-            self._unpriced_logged.add(model)
-            log.warning("no price in force for model %r: its requests are recorded unpriced", model)
-        return Record(
+        return self.ledger.record(
             request_id=attempt.request_id,
-            tenant_id=ctx.principal.tenant_id,
-            api_key_id=ctx.principal.api_key_id,
-            interaction_id=ctx.interaction_id,
             attempt=attempt.number,
-            model=ctx.deployment.name,
+            principal=ctx.principal,
+            interaction_id=ctx.interaction_id,
             deployment=ctx.deployment.name,
+            bills_as=attempt.target.bills_as,
             upstream=attempt.target.litellm_model,
             policy=POLICY,
-            started_at=attempt.started_at,
-            first_token_at=first_token_at,
-            ended_at=now(),
-            status=status,
-            finish_reason=finish_reason,
-            usage=usage,
-            price_id=price.id if price else None,
-            cost=compute(usage, price, tier=service_tier) if price else Cost(),
             stream=ctx.call.stream,
+            started_at=attempt.started_at,
+            status=status,
+            usage=usage,
+            first_token_at=first_token_at,
+            finish_reason=finish_reason,
             error=error,
-            extra={"service_tier": service_tier} if service_tier else {},
+            service_tier=service_tier,
         )
-
-    async def _keep(self, record: Record) -> None:
-        await self.recorder.record(record)
-        self.metrics.observe(record)
-
-    def _keep_later(self, record: Record) -> None:
-        """Record from a cancelled task, where awaiting is no longer possible."""
-        task = asyncio.ensure_future(self._keep(record))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def _fail(
         self, ctx: Context, attempt: Attempt, error: ProviderFailure, last: bool
     ) -> None:
-        await self._keep(
+        await self.ledger.keep(
             self.make_record(
                 ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message
             )
@@ -180,7 +152,7 @@ class ProviderProxy:
                 finish_reason=reply.finish_reason,
                 service_tier=reply.service_tier,
             )
-            await self._keep(record)
+            await self.ledger.keep(record)
             reply.body["usage"] = billed_usage(record)
             return Response(orjson.dumps(reply.body), media_type="application/json")
         raise AssertionError("unreachable: the last failure raises")
@@ -215,7 +187,7 @@ class ProviderProxy:
             error = exc
         except BaseException:
             # The client went away: closing litellm's stream below cancels the provider call.
-            self._keep_later(
+            self.ledger.keep_later(
                 self.make_record(
                     ctx,
                     attempt,
@@ -240,7 +212,7 @@ class ProviderProxy:
             service_tier=stream.service_tier,
             error=error.message if error else None,
         )
-        await self._keep(record)
+        await self.ledger.keep(record)
         if error is not None:
             yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
             return
@@ -253,9 +225,9 @@ class ProviderProxy:
 
 
 async def build_provider_proxy(
-    settings: Settings, deployments: Mapping[str, Any], proxy: Proxy
+    settings: Settings, deployments: Mapping[str, Any], ledger: Ledger
 ) -> ProviderProxy | None:
-    """The litellm path, sharing the vLLM path's recorder, metrics and prices; None if unused."""
+    """The litellm path, sharing the vLLM path's ledger; None if no model uses it."""
     chosen = {n: d for n, d in deployments.items() if isinstance(d, ProviderDeployment)}
     if not chosen:
         return None
@@ -266,9 +238,7 @@ async def build_provider_proxy(
         providers=providers,
         deployments=chosen,
         keys=settings.provider_keys(),
-        recorder=proxy.recorder,
-        metrics=proxy.metrics,
-        book=proxy.book,
+        ledger=ledger,
     )
 
 

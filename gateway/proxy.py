@@ -11,7 +11,6 @@ until the record is durable, so a client that saw a stream finish always has its
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -23,19 +22,16 @@ import aiohttp
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from gateway.accounting.recorder import Recorder
+from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
 from gateway.api.calls import Call
 from gateway.auth import Principal, cache_salt
 from gateway.config import Deployment
 from gateway.errors import KvgateError, UpstreamError, UpstreamUnavailable, error_body
-from gateway.metrics import Metrics
 from gateway.routing.fleet import Fleet, Placement, Replica, Route
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
 from gateway.usage import Usage, UsageSource, from_openai
-from pricing.book import PriceBook
-from pricing.cost import Cost, compute
 
 log = logging.getLogger("kvgate.proxy")
 MAX_ATTEMPTS = 2
@@ -83,18 +79,12 @@ class Proxy:
         secret: str,
         session: aiohttp.ClientSession,
         fleets: dict[str, Fleet],
-        recorder: Recorder,
-        metrics: Metrics,
-        book: PriceBook,
+        ledger: Ledger,
     ) -> None:
         self.secret = secret
         self.session = session
         self.fleets = fleets
-        self.recorder = recorder
-        self.metrics = metrics
-        self.book = book
-        self._background: set[asyncio.Task[None]] = set()
-        self._unpriced_logged: set[str] = set()
+        self.ledger = ledger
 
     # -- building blocks ------------------------------------------------------------------
 
@@ -139,7 +129,6 @@ class Proxy:
         error: str | None = None,
     ) -> Record:
         """Price the attempt with the entry in force at its start; note what routing expected."""
-        model = ctx.deployment.bills_as
         fleet = self.fleets[ctx.deployment.name]
         predicted = ceiling = None
         if usage.source is UsageSource.REPORTED:
@@ -153,46 +142,28 @@ class Proxy:
                     cached_tokens=usage.cache_read_tokens,
                     prompt_tokens=prompt_tokens,
                 )
-        price = self.book.price_for(model, at=attempt.started_at)
-        if price is None and model not in self._unpriced_logged:
-            self._unpriced_logged.add(model)
-            log.warning("no price in force for model %r: its requests are recorded unpriced", model)
-        return Record(
+        return self.ledger.record(
             request_id=attempt.request_id,
-            tenant_id=ctx.principal.tenant_id,
-            api_key_id=ctx.principal.api_key_id,
-            interaction_id=ctx.interaction_id,
             attempt=attempt.number,
-            model=ctx.deployment.name,
+            principal=ctx.principal,
+            interaction_id=ctx.interaction_id,
             deployment=ctx.deployment.name,
+            bills_as=ctx.deployment.bills_as,
             upstream=attempt.replica.url,
             policy=ctx.deployment.policy,
-            started_at=attempt.started_at,
-            first_token_at=first_token_at,
-            ended_at=now(),
-            status=status,
-            finish_reason=finish_reason,
-            usage=usage,
-            price_id=price.id if price else None,
-            cost=compute(usage, price) if price else Cost(),
             stream=ctx.call.stream,
+            started_at=attempt.started_at,
+            status=status,
+            usage=usage,
+            first_token_at=first_token_at,
+            finish_reason=finish_reason,
             error=error,
             predicted_cached_tokens=predicted,
             ceiling_cached_tokens=ceiling,
         )
 
-    async def _keep(self, record: Record) -> None:
-        await self.recorder.record(record)
-        self.metrics.observe(record)
-
-    def _keep_later(self, record: Record) -> None:
-        """Record from a cancelled task, where awaiting is no longer possible."""
-        task = asyncio.ensure_future(self._keep(record))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     async def _fail(self, ctx: Context, attempt: Attempt, error: KvgateError) -> None:
-        await self._keep(
+        await self.ledger.keep(
             self.make_record(
                 ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message
             )
@@ -242,7 +213,7 @@ class Proxy:
             first_token_at=None,
             finish_reason=(choices[0] or {}).get("finish_reason"),
         )
-        await self._keep(record)
+        await self.ledger.keep(record)
         data["usage"] = _billed_usage(data.get("usage"), record)
         return Response(orjson.dumps(data), media_type="application/json")
 
@@ -309,7 +280,7 @@ class Proxy:
             error = exc
         except BaseException:
             # The client went away: the upstream request is cancelled by closing it below.
-            self._keep_later(
+            self.ledger.keep_later(
                 self._stream_record(
                     ctx, attempt, state, first_token_at, Status.CANCELLED, "client disconnected"
                 )
@@ -324,7 +295,7 @@ class Proxy:
         record = self._stream_record(
             ctx, attempt, state, first_token_at, status, error.message if error else None
         )
-        await self._keep(record)
+        await self.ledger.keep(record)
         if error is not None:
             yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
             return
