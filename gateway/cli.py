@@ -1,4 +1,5 @@
-"""The ``kvgate`` command line: serve, demo, sim, replay, db, tenants, keys, prices, billing."""
+"""The ``kvgate`` command line: serve, demo, sim, replay, cachetest, db, tenants, keys, prices,
+billing."""
 
 from __future__ import annotations
 
@@ -404,6 +405,12 @@ from gateway.replay.cli import replay  # noqa: E402 (defines its own options)
 
 app.command("replay", help="Replay a Mooncake trace against routing policies (offline or live).")(
     replay
+)
+
+from gateway.cachetest.cli import cachetest  # noqa: E402 (defines its own options)
+
+app.command("cachetest", help="Run the cache test plan against an endpoint; write a report.")(
+    cachetest
 )
 
 

@@ -19,7 +19,8 @@ from gateway.replay.trace import TraceRequest
 LOAD_BIN_S = 60.0
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,7 +31,7 @@ def _pyplot() -> Any:
 
 def hit_rates(path: Path, summaries: Sequence[PolicySummary], analysis: TraceAnalysis) -> None:
     """Token hit rate per policy, against the infinite and pooled ceilings."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     names = [s.policy for s in summaries]
     rates = [100 * s.token_hit_rate for s in summaries]
@@ -59,7 +60,7 @@ def hit_rates(path: Path, summaries: Sequence[PolicySummary], analysis: TraceAna
 
 def ttft(path: Path, runs: Sequence[PolicyRun]) -> None:
     """Distribution (CDF) of time to first token per policy."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     for run in runs:
         values = sorted(max(o.ttft_s, 1e-3) for o in run.outcomes)
@@ -80,7 +81,7 @@ def ttft(path: Path, runs: Sequence[PolicyRun]) -> None:
 
 def load(path: Path, runs: Sequence[PolicyRun]) -> None:
     """Requests in flight per replica over time, one panel per policy (minute means)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.2 * len(runs)), sharex=True, squeeze=False)
     for ax, run in zip(axes[:, 0], runs, strict=True):
         bins: dict[int, list[tuple[int, ...]]] = {}
@@ -101,7 +102,7 @@ def load(path: Path, runs: Sequence[PolicyRun]) -> None:
 
 def trace_shape(path: Path, requests: Sequence[TraceRequest]) -> None:
     """Histograms of prompt length and of the interval between uses of the same block."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     left.hist([r.input_length for r in requests], bins=60, color="#4c72b0")
     left.set_xlabel("prompt tokens")

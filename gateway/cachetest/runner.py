@@ -1,0 +1,163 @@
+"""One `kvgate cachetest` run: find out what the target is, run the chosen stages in order,
+read kvgate's statement around them, and hand the results to the report."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any, TextIO
+
+from gateway.cachetest import (
+    cold_warm,
+    concurrency,
+    eviction,
+    isolation,
+    partial,
+)
+from gateway.cachetest.client import Endpoint, Outcome
+from gateway.cachetest.cold_warm import ColdWarm
+from gateway.cachetest.concurrency import Concurrency
+from gateway.cachetest.context import Context
+from gateway.cachetest.costs import Billed, statement_price
+from gateway.cachetest.eviction import Eviction
+from gateway.cachetest.isolation import Isolation, Verdict, judge
+from gateway.cachetest.partial import Partial
+from gateway.cachetest.plan import Plan, RunConfig
+from gateway.cachetest.progress import Progress
+from gateway.replay.metrics import TokenPrice
+from gateway.routing.load import CacheConfig
+
+DEFAULT_BLOCK_SIZE = 16
+# kvgate writes records in batches: how long to wait for the statement to show the run.
+STATEMENT_WAIT_S = 15.0
+
+_PLANNED = {
+    "cold-warm": cold_warm.planned,
+    "partial": partial.planned,
+    "concurrency": concurrency.planned,
+    "eviction": eviction.planned,
+    "isolation": isolation.planned,
+}
+
+
+@dataclass(slots=True)
+class Results:
+    """What a run produced: each stage's result, where the numbers came from, how long."""
+
+    config: RunConfig
+    block_size: int
+    block_size_source: str  # "--block-size", "target /metrics" or "default"
+    cache: CacheConfig | None
+    kvgate: bool  # the target answered the billing statement
+    price: TokenPrice | None
+    price_source: str | None  # "command line", "kvgate statement" or None
+    billed: Billed | None  # the first key's statement, after minus before
+    started_at: datetime
+    wall_s: float
+    stage_wall_s: dict[str, float] = field(default_factory=dict)
+    cold_warm: ColdWarm | None = None
+    partial: Partial | None = None
+    concurrency: Concurrency | None = None
+    eviction: Eviction | None = None
+    isolation: Isolation | None = None
+    sent: list[Outcome] = field(default_factory=list)  # the first key's outcomes
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The isolation verdict, when that stage ran."""
+        if self.isolation is None:
+            return None
+        return judge(self.isolation, self.config.audit)
+
+    @property
+    def failed(self) -> bool:
+        """Isolation failed: the exit status is non-zero."""
+        verdict = self.verdict
+        return verdict is not None and verdict.failed
+
+
+def planned_requests(plan: Plan, stages: tuple[str, ...]) -> int:
+    """How many requests the stages send (eviction: at most)."""
+    return sum(_PLANNED[stage](plan) for stage in stages)
+
+
+async def run(config: RunConfig, *, stream: TextIO | None = None) -> Results:
+    """Run the stages of ``config`` against its target."""
+    started_at = datetime.now(UTC)
+    clock = time.perf_counter()
+    progress = Progress(planned_requests(config.plan, config.stages), stream)
+    async with Endpoint(config.target, config.model, max_tokens=config.max_tokens) as endpoint:
+        cache = await endpoint.cache_config()
+        if config.block_size is not None:
+            block_size, source = config.block_size, "--block-size"
+        elif cache is not None:
+            block_size, source = cache.block_size, "target /metrics"
+        else:
+            block_size, source = DEFAULT_BLOCK_SIZE, "default"
+        day = started_at.date()
+        before = await endpoint.statement(config.key, start=day, end=day)
+        ctx = Context(endpoint, config, progress, block_size=block_size)
+        results = Results(
+            config=config,
+            block_size=block_size,
+            block_size_source=source,
+            cache=cache,
+            kvgate=before is not None,
+            price=config.price,
+            price_source="command line" if config.price is not None else None,
+            billed=None,
+            started_at=started_at,
+            wall_s=0.0,
+        )
+        for stage in config.stages:
+            progress.start(stage)
+            stage_clock = time.perf_counter()
+            await _run_stage(ctx, results, stage)
+            results.stage_wall_s[stage] = time.perf_counter() - stage_clock
+        progress.start("statement" if before is not None else "done")
+        if before is not None:
+            after = await _settled(endpoint, config.key, day, before, len(ctx.sent))
+            results.billed = Billed.between(before, after)
+            if results.price is None:
+                results.price = statement_price(after, config.model)
+                results.price_source = "kvgate statement" if results.price else None
+        progress.close()
+    results.sent = list(ctx.sent)
+    results.wall_s = time.perf_counter() - clock
+    return results
+
+
+async def _run_stage(ctx: Context, results: Results, stage: str) -> None:
+    if stage == "cold-warm":
+        results.cold_warm = await cold_warm.run(ctx)
+    elif stage == "partial":
+        results.partial = await partial.run(ctx)
+    elif stage == "concurrency":
+        results.concurrency = await concurrency.run(ctx)
+    elif stage == "eviction":
+        results.eviction = await eviction.run(ctx)
+    elif stage == "isolation":
+        results.isolation = await isolation.run(ctx)
+    else:
+        raise ValueError(f"unknown stage {stage!r}")
+
+
+async def _settled(
+    endpoint: Endpoint, key: str, day: date, before: dict[str, Any], sent: int
+) -> dict[str, Any]:
+    """The statement once it counts every request the first key sent (or after a wait)."""
+    deadline = time.monotonic() + STATEMENT_WAIT_S
+    latest = before
+    while True:
+        today = datetime.now(UTC).date()
+        found = await endpoint.statement(key, start=day, end=today)
+        if found is not None:
+            latest = found
+            counted = int(found["totals"]["requests"]) - int(before["totals"]["requests"])
+            if counted >= sent:
+                return latest
+        if time.monotonic() > deadline:
+            return latest
+        await asyncio.sleep(0.2)
