@@ -80,6 +80,7 @@ vllm-demo: install vllm-venv tiny-model
 	$(BIN)/kvgate serve --config $$cfg --port $(VLLM_GATEWAY_PORT)
 
 lint: install
+	$(BIN)/pip install --quiet ruff mypy types-PyYAML
 	$(BIN)/ruff check gateway pricing dashboard tests benchmarks
 	$(BIN)/ruff format --check gateway pricing dashboard tests benchmarks
 

@@ -134,9 +134,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000, help="requests per scenario")
     parser.add_argument(
         "--journal-sync",
-        choices=("true", "false"),
-        default="true",
-        help="fdatasync each journal group (the default) or not",
+        choices=("background", "always", "never"),
+        default="background",
+        help="KVGATE_JOURNAL_SYNC: flush after the response (default), before it, or never",
     )
     args = parser.parse_args()
 

@@ -127,6 +127,7 @@ def create_app(settings: Settings) -> FastAPI:
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)
             metrics.journal_bytes.set(recorder.journal.size_bytes)
+            metrics.journal_sync_lag.set(recorder.journal.take_sync_lag())
             metrics.database_up.set(1 if recorder.stats.db_healthy else 0)
             for name, fleet in proxy.fleets.items():
                 now = time.monotonic()

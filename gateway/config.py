@@ -19,9 +19,12 @@ from pydantic import (
     HttpUrl,
     Tag,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.accounting.journal import SyncMode
 
 PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "dev-secret", "secret", "kvgate-dev-secret"}
 DEV_SECRET = "kvgate-dev-secret"
@@ -215,8 +218,9 @@ class Settings(BaseSettings):
     secret: str = DEV_SECRET
     admin_token: str = DEV_ADMIN_TOKEN
     journal_dir: Path = Path("var/journal")
-    # fdatasync each journal group: records survive a machine crash, not only a process one.
-    journal_sync: bool = True
+    # always | background | never (see gateway/accounting/journal.py); true/false read as
+    # always/never, as in earlier releases.
+    journal_sync: SyncMode = SyncMode.BACKGROUND
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     recorder_batch_size: int = Field(default=500, ge=1)
     # Write to the database from a child process, keeping that work off the event loop's
@@ -234,6 +238,15 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # Asked for by the dashboard when set; unset (the demo) means no password.
     dashboard_password: str | None = None
+
+    @field_validator("journal_sync", mode="before")
+    @classmethod
+    def _journal_sync_from_bool(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
+            value = value.strip().lower() in ("true", "1")
+        if isinstance(value, bool):
+            return SyncMode.ALWAYS if value else SyncMode.NEVER
+        return value
 
     @model_validator(mode="after")
     def _no_placeholder_secrets_in_production(self) -> Settings:

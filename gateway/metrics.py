@@ -60,6 +60,12 @@ class Metrics:
         self.journal_bytes = Gauge(
             "kvgate_journal_bytes", "Size of the local record journal", registry=r
         )
+        self.journal_sync_lag = Gauge(
+            "kvgate_journal_sync_lag_seconds",
+            "Longest time a written record waited for its flush to disk, since the last scrape"
+            " (what a machine crash could lose; journal_sync=background)",
+            registry=r,
+        )
         self.database_up = Gauge(
             "kvgate_database_up", "1 when the recorder last reached the database", registry=r
         )

@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.accounting import drainer
-from gateway.accounting.journal import Journal, JournalError
+from gateway.accounting.journal import Journal, JournalError, SyncMode
 from gateway.accounting.records import Record
 from gateway.db import rollups
 from gateway.db.models import RequestRow
@@ -122,7 +122,7 @@ class Recorder:
         *,
         engine: Engine,
         journal_dir: Path,
-        sync: bool = True,
+        sync: SyncMode = SyncMode.BACKGROUND,
         batch_size: int = 500,
         flush_interval_s: float = 0.2,
         refuse_when_unrecordable: bool = True,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from gateway.accounting.journal import Journal, segments
+from gateway.accounting.journal import Journal, JournalError, SyncMode, segments
 from gateway.accounting.recorder import Recorder, insert_records, wait_until
 from gateway.db.migrate import upgrade
 from gateway.db.models import RequestRow
@@ -20,7 +20,7 @@ def count_rows(engine) -> int:  # type: ignore[no-untyped-def]
 
 
 async def test_concurrent_records_share_journal_writes(tmp_path: Path) -> None:
-    journal = Journal(tmp_path, sync=True)
+    journal = Journal(tmp_path, sync=SyncMode.ALWAYS)
     journal.open()
     writes = 0
     original = journal._write
@@ -38,6 +38,57 @@ async def test_concurrent_records_share_journal_writes(tmp_path: Path) -> None:
     assert sorted(lines) == sorted(b'{"n": %d}' % n for n in range(200))
     assert writes < 20  # grouped, not one write per record
 
+
+
+async def test_background_mode_returns_after_the_write_and_flushes_right_after(
+    tmp_path: Path,
+) -> None:
+    """The record is in the file when append returns (a process crash cannot lose it), and
+    the sync thread flushes it without the caller waiting."""
+    journal = Journal(tmp_path, sync=SyncMode.BACKGROUND)
+    journal.open()
+    flushes = 0
+    original = journal._sync_now
+
+    def counting() -> None:
+        nonlocal flushes
+        flushes += 1
+        original()
+
+    journal._sync_now = counting  # type: ignore[method-assign]
+    await journal.append(b'{"n": 1}')
+    assert journal.path is not None and journal.path.read_bytes() == b'{"n": 1}\n'
+    lag = 0.0
+    for _ in range(1000):
+        lag = journal.take_sync_lag()  # set once the flush has returned
+        if lag:
+            break
+        await asyncio.sleep(0.005)
+    assert flushes == 1 and 0 < lag < 1.0
+    assert journal.take_sync_lag() == 0.0  # reset by the read
+    journal.close()
+
+
+async def test_a_failed_background_flush_refuses_the_next_append(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, sync=SyncMode.BACKGROUND)
+    journal.open()
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    journal._sync_now = full_disk  # type: ignore[method-assign]
+    await journal.append(b'{"n": 1}')
+    for _ in range(1000):
+        try:
+            await journal.append(b'{"n": 2}')
+        except JournalError as exc:
+            assert exc.errno == 28 and "journal flush failed" in str(exc)
+            break
+        await asyncio.sleep(0.005)
+    else:
+        raise AssertionError("the failed flush never reached append")
+    journal._sync_now = lambda: None  # type: ignore[method-assign]
+    journal.close()
 
 async def test_records_reach_the_database_and_the_journal_is_emptied(
     database_url: str, tmp_path: Path
@@ -71,7 +122,7 @@ async def test_a_dead_process_segment_is_replayed_once_and_a_torn_line_dropped(
 
 
 async def test_a_live_process_segment_is_left_alone(database_url: str, tmp_path: Path) -> None:
-    other = Journal(tmp_path, sync=False)
+    other = Journal(tmp_path, sync=SyncMode.NEVER)
     other.open()  # holds the flock, like a live gateway worker
     await other.append(make_record("req_live").to_json())
     assert other.path is not None and other.path.name.startswith(f"{os.getpid()}-")
