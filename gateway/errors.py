@@ -4,7 +4,8 @@
     ├── InvalidRequest               400 invalid_request_error
     │   ├── BodyTooLarge             413 invalid_request_error / request_too_large
     │   ├── ModelNotFound            404 invalid_request_error / model_not_found
-    │   └── MethodNotAllowed         405 invalid_request_error / method_not_allowed
+    │   ├── MethodNotAllowed         405 invalid_request_error / method_not_allowed
+    │   └── UpstreamRejected         4xx as the upstream said (429 rate_limit_error)
     ├── AuthenticationFailed         401 authentication_error / invalid_api_key
     ├── PermissionDenied             403 permission_error
     ├── NotFound                     404 not_found_error
@@ -61,6 +62,16 @@ class ModelNotFound(InvalidRequest):
 class MethodNotAllowed(InvalidRequest):
     status = 405
     code = "method_not_allowed"
+
+
+class UpstreamRejected(InvalidRequest):
+    """The upstream refused the request (a 4xx): its status and message, in our shape."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status = status
+        if status == 429:
+            self.type = "rate_limit_error"
 
 
 class AuthenticationFailed(KvgateError):

@@ -27,7 +27,13 @@ from gateway.accounting.records import Record, Status
 from gateway.api.calls import Call
 from gateway.auth import Principal, cache_salt
 from gateway.config import Deployment
-from gateway.errors import KvgateError, UpstreamError, UpstreamUnavailable, error_body
+from gateway.errors import (
+    KvgateError,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamUnavailable,
+    error_body,
+)
 from gateway.routing.fleet import Fleet, Placement, Replica, Route
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
@@ -200,8 +206,6 @@ class Proxy:
         if status != 200 or data is None:
             error = _upstream_error(status, data, raw)
             await self._fail(ctx, attempt, error)
-            if 400 <= status < 500 and data is not None:
-                return Response(raw, status_code=status, media_type="application/json")
             raise error
         usage = from_openai(data.get("usage"))
         choices = data.get("choices") or [{}]
@@ -341,11 +345,19 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _upstream_error(status: int, data: dict[str, Any] | None, raw: bytes) -> UpstreamError:
-    message = None
-    if data is not None:
-        error = data.get("error")
-        message = error.get("message") if isinstance(error, dict) else data.get("message")
+def _upstream_error(status: int, data: dict[str, Any] | None, raw: bytes) -> KvgateError:
+    """A 4xx with a JSON body is the client's fault, said with the same status in the
+    gateway's error shape (vLLM's own has an integer code); anything else is the upstream's."""
+    error = data.get("error") if data is not None else None
+    detail = error if isinstance(error, dict) else data or {}
+    message = detail.get("message")
+    if 400 <= status < 500 and data is not None:
+        param = detail.get("param")
+        return UpstreamRejected(
+            status,
+            str(message or f"upstream answered {status}"),
+            param=param if isinstance(param, str) else None,
+        )
     return UpstreamError(f"upstream answered {status}: {message or raw[:200]!r}")
 
 
