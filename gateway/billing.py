@@ -55,6 +55,8 @@ class Statement:
 
 
 def check_period(start: date, end: date) -> None:
+    if end == date.max:  # a period ends at the next midnight, and this day has none
+        raise InvalidRequest(f"'end' must be before {date.max}", param="end")
     if end < start:
         raise InvalidRequest("'end' must not be before 'start'", param="end")
     if (end - start).days >= MAX_DAYS:
