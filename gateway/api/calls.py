@@ -139,14 +139,21 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
 
 
 def interaction_id(header: str | None, call: Call, request_id: str) -> str:
-    """Header first, then metadata.interaction_id, else the request id."""
-    value = header if header is not None else call.interaction_hint
-    if value is None:
+    """Header first, then metadata.interaction_id, else the request id.
+
+    Ids are stored and shown: printable characters only (Postgres refuses NUL outright, and
+    one unwritable record would hold back every record journaled after it).
+    """
+    if header is not None:
+        value, param = header, "X-Interaction-Id"
+    elif call.interaction_hint is not None:
+        value, param = call.interaction_hint, "metadata.interaction_id"
+    else:
         return request_id
     value = value.strip()
-    if not value or len(value) > MAX_INTERACTION_ID:
+    if not value or len(value) > MAX_INTERACTION_ID or not value.isprintable():
         raise InvalidRequest(
-            f"interaction id must be 1 to {MAX_INTERACTION_ID} characters",
-            param="X-Interaction-Id",
+            f"interaction id must be 1 to {MAX_INTERACTION_ID} printable characters",
+            param=param,
         )
     return value
