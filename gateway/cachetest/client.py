@@ -2,7 +2,8 @@
 the first token, the endpoint's own cache config where it shows one, and kvgate's statement.
 
 TTFT is measured from just before the request is written to the first chunk that carries
-output text (the role-only chunk some servers send first does not count). Usage comes from
+output text (the role-only chunk some servers send first does not count), or that finishes
+the choice: a first token that ends the answer (end of sequence) carries no text. Usage comes from
 the stream's final chunk (``stream_options.include_usage``); ``cached_tokens`` is 0 when
 the endpoint does not report ``prompt_tokens_details``.
 """
@@ -160,5 +161,7 @@ def _has_output(chunk: dict[str, Any]) -> bool:
             continue
         delta = choice.get("delta")
         if isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content")):
+            return True
+        if choice.get("finish_reason"):
             return True
     return False

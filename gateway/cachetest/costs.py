@@ -83,10 +83,11 @@ def statement_price(document: Mapping[str, Any], model: str) -> TokenPrice | Non
     for line in reversed(lines):
         if line.get("model") != model or line.get("input_rate") is None:
             continue
+        # Stored as Numeric(18, 9): "0.150000000" is the rate 0.15.
         return TokenPrice(
-            input=Decimal(line["input_rate"]),
-            cache_read=Decimal(line.get("cache_read_rate") or line["input_rate"]),
-            output=Decimal(line.get("output_rate") or "0"),
+            input=Decimal(line["input_rate"]).normalize(),
+            cache_read=Decimal(line.get("cache_read_rate") or line["input_rate"]).normalize(),
+            output=Decimal(line.get("output_rate") or "0").normalize(),
         )
     return None
 

@@ -41,11 +41,18 @@ def test_the_price_is_read_from_kvgate_statement_line_items() -> None:
     document = {
         "line_items": [
             {"model": "other", "input_rate": "9", "cache_read_rate": "9", "output_rate": "9"},
-            {"model": "m", "input_rate": "0.20", "cache_read_rate": "0.05", "output_rate": "0.60"},
+            {
+                "model": "m",
+                "input_rate": "0.200000000",
+                "cache_read_rate": "0.050000000",
+                "output_rate": "0.600000000",
+            },
             {"model": "m", "input_rate": None, "cache_read_rate": None, "output_rate": None},
         ]
     }
-    assert statement_price(document, "m") == PRICE
+    price = statement_price(document, "m")
+    assert price == PRICE
+    assert price is not None and (str(price.input), str(price.cache_read)) == ("0.2", "0.05")
     assert statement_price(document, "absent") is None
 
 
