@@ -20,6 +20,7 @@ errors, and anything unexpected) to ``{"error": {"message", "type", "param", "co
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import orjson
 from fastapi import FastAPI
@@ -36,10 +37,18 @@ class KvgateError(Exception):
     type = "internal_error"
     code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers = dict(headers or {})
         if code is not None:
             self.code = code
 
@@ -116,7 +125,8 @@ def error_body(
 
 def error_response(exc: KvgateError) -> Response:
     body = error_body(exc.message, exc.type, param=exc.param, code=exc.code)
-    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else None
+    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
+    headers.update(exc.headers)
     return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
 
 
@@ -134,10 +144,11 @@ def as_kvgate_error(exc: Exception) -> KvgateError:
             401: AuthenticationFailed,
             403: PermissionDenied,
             404: NotFound,
+            405: MethodNotAllowed,
             413: BodyTooLarge,
         }
         cls = mapped.get(exc.status_code, InvalidRequest if exc.status_code < 500 else KvgateError)
-        error = cls(str(exc.detail))
+        error = cls(str(exc.detail), headers=exc.headers)  # a 405's Allow, for one
         error.status = exc.status_code
         return error
     log.exception("unhandled error", exc_info=exc)

@@ -107,7 +107,9 @@ async def serve(endpoint: tuple[str, Handler], scope: Scope, receive: Receive, s
 
     try:
         if scope["method"] != method:
-            raise MethodNotAllowed(f"{scope['path']} accepts {method} only")
+            raise MethodNotAllowed(
+                f"{scope['path']} accepts {method} only", headers={"allow": method}
+            )
         response = await handler(Request(scope, receive))
         await response(scope, receive, tracked)
     except Exception as exc:
