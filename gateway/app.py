@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
@@ -18,7 +19,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway import errors
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import Recorder
-from gateway.api import admin, billing, health, inference
+from gateway.api import admin, billing, health, inference, openapi
 from gateway.auth import KeyRing, Principal
 from gateway.config import Settings
 from gateway.db import crud
@@ -57,6 +58,14 @@ class Gateway(FastAPI):
             return
         scope["app"] = self
         await inference.serve(endpoint, scope, receive, send_with_id)
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's schema, with the inference paths (which it never routes) documented;
+        once started, the model names are those the gateway serves."""
+        if self.openapi_schema is None:
+            models = sorted(getattr(self.state, "deployments", ()))
+            self.openapi_schema = openapi.document(super().openapi(), models=models)
+        return self.openapi_schema
 
 
 async def _every(interval_s: float, work: Callable[[], Awaitable[None]], name: str) -> None:

@@ -10,12 +10,17 @@ from fastapi import APIRouter, Response
 from gateway import billing
 from gateway.api.billing import download_headers
 from gateway.api.deps import AdminDep, SessionDep
+from gateway.api.openapi import ADMIN_TOKEN, errors
 from gateway.db import crud
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=errors(400, 401, 404))
 
 
-@router.get("/statement")
+@router.get(
+    "/statement",
+    openapi_extra={"security": [{ADMIN_TOKEN: []}]},
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+)
 def statement(
     _: AdminDep,
     session: SessionDep,

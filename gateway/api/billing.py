@@ -9,13 +9,18 @@ from fastapi import APIRouter, Response
 
 from gateway import billing
 from gateway.api.deps import SessionDep, TenantDep
+from gateway.api.openapi import TENANT_KEY, errors
 from gateway.db.queries import tenant_by_id
 from gateway.errors import NotFound
 
-router = APIRouter(prefix="/v1/billing", tags=["billing"])
+router = APIRouter(prefix="/v1/billing", tags=["billing"], responses=errors(400, 401, 404))
 
 
-@router.get("/statement")
+@router.get(
+    "/statement",
+    openapi_extra={"security": [{TENANT_KEY: []}]},
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+)
 def statement(
     tenant: TenantDep,
     session: SessionDep,

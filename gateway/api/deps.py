@@ -11,15 +11,16 @@ from sqlalchemy.orm import Session
 from gateway.auth import Principal, admin_token_matches
 from gateway.errors import AuthenticationFailed
 
+# The key is documented as a bearer security scheme (api/openapi.py), not as a parameter.
+Authorization = Annotated[str | None, Header(include_in_schema=False)]
 
-async def _tenant(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Principal:
+
+async def _tenant(request: Request, authorization: Authorization = None) -> Principal:
     principal: Principal = await request.app.state.keys.authenticate(authorization)
     return principal
 
 
-def _admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
+def _admin(request: Request, authorization: Authorization = None) -> None:
     if not admin_token_matches(request.app.state.settings.admin_token, authorization):
         raise AuthenticationFailed(
             "admin endpoints need the admin token", code="invalid_admin_token"

@@ -1,0 +1,289 @@
+"""The gateway's OpenAPI document: FastAPI's routes, plus the inference paths it never sees.
+
+The inference paths are served straight from the app's ``__call__`` (see app.py), so
+FastAPI's schema would leave them out; they are described here instead, by hand, with only
+what ``calls.parse_call`` checks (every other field passes through to the upstream). Every
+error, everywhere, is documented as the one shape ``errors.py`` writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.api.calls import MAX_INTERACTION_ID, MAX_TOKENS_LIMIT
+
+REF = "#/components/schemas/"
+TENANT_KEY = "TenantKey"
+ADMIN_TOKEN = "AdminToken"
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: OpenAI's error object."""
+
+    model_config = ConfigDict(extra="forbid")
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the gateway answers, whatever the endpoint and status."""
+
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorDetail
+
+
+ERRORS: dict[int, str] = {
+    400: "The request is invalid; `param` names the field at fault.",
+    401: "Missing, malformed, unknown or revoked key (or, on /v1/admin, not the admin token).",
+    404: "No such model, or no tenant of that name.",
+    413: "The request body is larger than KVGATE_MAX_BODY_BYTES.",
+    502: "The upstream failed.",
+    503: "No healthy upstream, or the gateway cannot record requests right now.",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """Error responses to document on a FastAPI router or route."""
+    return {s: {"model": ErrorResponse, "description": ERRORS[s]} for s in statuses}
+
+
+def _error_responses(statuses: Iterable[int]) -> dict[str, Any]:
+    content = {"application/json": {"schema": {"$ref": REF + "ErrorResponse"}}}
+    return {str(s): {"description": ERRORS[s], "content": content} for s in statuses}
+
+
+def _token_limit(name: str) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_TOKENS_LIMIT,
+        "description": f"Passed to the upstream; {name} outside 1..{MAX_TOKENS_LIMIT} is a 400.",
+    }
+
+
+def _request(required: list[str], prompt: dict[str, Any]) -> dict[str, Any]:
+    """An inference body: the fields the gateway reads; any other passes through."""
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": True,
+        "properties": {
+            **prompt,
+            "stream": {"type": "boolean"},
+            "stream_options": {
+                "type": "object",
+                "properties": {"include_usage": {"type": "boolean"}},
+            },
+            "max_tokens": _token_limit("max_tokens"),
+            "max_completion_tokens": _token_limit("max_completion_tokens"),
+            "n": _token_limit("n"),
+            "cache_salt": {
+                "type": "string",
+                "description": "Folded in under the tenant's own salt: never shared across "
+                "tenants.",
+            },
+            "metadata": {
+                "type": "object",
+                "properties": {"interaction_id": {"type": "string"}},
+            },
+        },
+    }
+
+
+MESSAGE = {
+    "type": "object",
+    "required": ["role"],
+    "additionalProperties": True,
+    "properties": {
+        "role": {"type": "string", "minLength": 1},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]},
+    },
+}
+PROMPT = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+    ]
+}
+USAGE = {
+    "type": "object",
+    "additionalProperties": True,
+    "properties": {
+        "prompt_tokens": {"type": "integer"},
+        "completion_tokens": {"type": "integer"},
+        "prompt_tokens_details": {
+            "type": "object",
+            "properties": {"cached_tokens": {"type": "integer"}},
+        },
+        "cost": {
+            "type": ["string", "null"],
+            "description": "USD, exact to the nano-dollar; null when the model has no price.",
+        },
+    },
+}
+COMPLETION = {
+    "type": "object",
+    "required": ["choices"],
+    "additionalProperties": True,
+    "properties": {
+        "id": {"type": "string"},
+        "choices": {"type": "array"},
+        "usage": {"$ref": REF + "Usage"},
+    },
+}
+MODEL_LIST = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "object", "created", "owned_by"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "object": {"const": "model"},
+                    "created": {"type": "integer"},
+                    "owned_by": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+INTERACTION_HEADER = {
+    "name": "X-Interaction-Id",
+    "in": "header",
+    "required": False,
+    "description": "Groups attempts and turns into one interaction (default: the request id).",
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_INTERACTION_ID},
+}
+STREAM_EVENT = {
+    "type": "object",
+    "description": "One server-sent event (the schema describes each event, not the stream).",
+    "required": ["data"],
+    "properties": {
+        "data": {
+            "type": "string",
+            "description": "A JSON chunk; the usage chunk (`usage.cost` added) when asked for "
+            "with `stream_options.include_usage`; an `error` object if the upstream failed; "
+            "`[DONE]` last.",
+        }
+    },
+}
+
+
+def _examples(model: str, prompt: dict[str, Any]) -> dict[str, Any]:
+    plain = {"model": model, **prompt, "max_tokens": 8}
+    streamed = {**plain, "stream": True, "stream_options": {"include_usage": True}}
+    return {"plain": {"value": plain}, "streamed": {"value": streamed}}
+
+
+def _inference(
+    summary: str, request: str, response: str, examples: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "post": {
+            "tags": ["inference"],
+            "summary": summary,
+            "operationId": request.removesuffix("Request").lower(),
+            "security": [{TENANT_KEY: []}],
+            "parameters": [INTERACTION_HEADER],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": REF + request}, "examples": examples}
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "The upstream's answer, with `usage.cost` added.",
+                    "content": {
+                        "application/json": {"schema": {"$ref": REF + response}},
+                        "text/event-stream": {"schema": STREAM_EVENT},
+                    },
+                },
+                **_error_responses((400, 401, 404, 413, 502, 503)),
+            },
+        }
+    }
+
+
+def _paths(models: list[str]) -> dict[str, Any]:
+    model = models[0] if models else "my-model"
+    return {
+        "/v1/chat/completions": _inference(
+            "Chat completion, routed and priced",
+            "ChatCompletionRequest",
+            "ChatCompletion",
+            _examples(model, {"messages": [{"role": "user", "content": "Say hello."}]}),
+        ),
+        "/v1/completions": _inference(
+            "Text completion, routed and priced",
+            "CompletionRequest",
+            "Completion",
+            _examples(model, {"prompt": "Once upon a time"}),
+        ),
+        "/v1/models": {
+            "get": {
+                "tags": ["inference"],
+                "summary": "The models this gateway serves",
+                "operationId": "models",
+                "security": [{TENANT_KEY: []}],
+                "responses": {
+                    "200": {
+                        "description": "The models, OpenAI's list shape.",
+                        "content": {"application/json": {"schema": {"$ref": REF + "ModelList"}}},
+                    },
+                    **_error_responses((401,)),
+                },
+            }
+        },
+    }
+
+
+def _schemas(models: list[str]) -> dict[str, Any]:
+    model: dict[str, Any] = {"type": "string", "minLength": 1}
+    if models:
+        model["enum"] = models  # any other name is a 404
+    return {
+        "ChatCompletionRequest": _request(
+            ["model", "messages"],
+            {"model": model, "messages": {"type": "array", "minItems": 1, "items": MESSAGE}},
+        ),
+        "CompletionRequest": _request(["model", "prompt"], {"model": model, "prompt": PROMPT}),
+        "Usage": USAGE,
+        "ChatCompletion": COMPLETION,
+        "Completion": COMPLETION,
+        "ModelList": MODEL_LIST,
+    }
+
+
+def document(schema: dict[str, Any], *, models: list[str]) -> dict[str, Any]:
+    """FastAPI's ``schema``, completed: inference paths, bearer auth, errors as they are sent.
+
+    FastAPI documents its validation errors as 422 ``HTTPValidationError``; errors.py
+    answers them 400 in the one error shape, so that is what is documented.
+    """
+    paths = {**_paths(models), **schema.get("paths", {})}
+    for item in paths.values():
+        for operation in item.values():
+            operation["responses"].pop("422", None)
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    error = ErrorResponse.model_json_schema(ref_template=REF + "{model}")
+    schemas.update(error.pop("$defs"), ErrorResponse=error, **_schemas(models))
+    components["securitySchemes"] = {
+        TENANT_KEY: {"type": "http", "scheme": "bearer", "description": "A tenant's API key."},
+        ADMIN_TOKEN: {"type": "http", "scheme": "bearer", "description": "KVGATE_ADMIN_TOKEN."},
+    }
+    schema["paths"] = paths
+    return schema

@@ -1,0 +1,127 @@
+"""One real stack for the bad-input, schema and isolation tests, per database backend.
+
+`kvgate sim` (instant timing: these tests are about answers, not latency) behind
+`kvgate serve`, logging at debug level so that every line the gateway could ever log is
+there to be searched for secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _backends, new_database
+from tests.e2e.conftest import make_tenant
+from tests.support.processes import (
+    Proc,
+    gateway_env,
+    kvgate,
+    start_gateway,
+    start_sim,
+    write_config,
+)
+
+MODEL = "kvgate/demo-llama-8b"
+SECRET = "server-secret-8f3c1a9e77d04b52"
+ADMIN_TOKEN = "admin-token-5be1d0c6a2f94e18"
+MAX_BODY = 65536
+
+
+@dataclass
+class Stack:
+    url: str
+    env: dict[str, str]
+    keys: dict[str, str]
+    key_ids: dict[str, str]
+    gateway: Proc
+    sim: Proc
+    tmp: Path
+
+    def secrets(self) -> dict[str, str]:
+        """Everything that must never be shown: the server secret, admin token, tenant keys."""
+        return {"secret": SECRET, "admin token": ADMIN_TOKEN, **self.keys}
+
+    def log_size(self) -> int:
+        return self.gateway.log.stat().st_size
+
+    def log_since(self, offset: int) -> str:
+        with self.gateway.log.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    def tenant(self, name: str) -> str:
+        """A new tenant with one key (through the real CLI); its key."""
+        self.keys[name], self.key_ids[name] = make_tenant(self.env, name)
+        return self.keys[name]
+
+
+def call(
+    url: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    method: str | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request; (status, headers, body) whatever the status."""
+    request = urllib.request.Request(
+        url, data=body, headers=headers or {}, method=method or ("POST" if body else "GET")
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def error_of(body: bytes) -> dict[str, object]:
+    """The error object of an error answer, checked to be exactly OpenAI's shape."""
+    document = json.loads(body)
+    assert list(document) == ["error"], document
+    error = document["error"]
+    assert sorted(error) == ["code", "message", "param", "type"], error
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str)
+    assert error["param"] is None or isinstance(error["param"], str)
+    assert error["code"] is None or isinstance(error["code"], str)
+    return dict(error)
+
+
+@pytest.fixture(scope="session", params=_backends())
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("reliability")
+    with new_database(request.param, tmp) as database_url:
+        env = gateway_env(
+            database_url,
+            tmp / "journal",
+            KVGATE_SECRET=SECRET,
+            KVGATE_ADMIN_TOKEN=ADMIN_TOKEN,
+            KVGATE_MAX_BODY_BYTES=str(MAX_BODY),
+            KVGATE_LOG_LEVEL="debug",
+        )
+        kvgate("db", "upgrade", env=env)
+        kvgate("prices", "sync", env=env)
+        sim = start_sim(
+            tmp,
+            extra=(
+                "--prefill-tokens-per-s=0",
+                "--decode-tokens-per-s=0",
+                "--max-model-len=4096",
+            ),
+        )
+        config = write_config(tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url]}])
+        gateway = start_gateway(tmp, config, env)
+        stack = Stack(gateway.url, env, {}, {}, gateway, sim, tmp)
+        try:
+            for name in ("alpha", "beta"):
+                stack.tenant(name)
+            yield stack
+        finally:
+            gateway.stop()
+            sim.stop()
