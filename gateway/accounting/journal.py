@@ -134,9 +134,16 @@ class Journal:
         if self._size >= self.segment_bytes:
             self._rotate()
         view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError:
+            # A write cut short (disk full) left part of the group in the file. Take it
+            # back: the next group would otherwise continue the torn line, and its first
+            # record, reported durable, would be unreadable.
+            os.ftruncate(self._fd, self._size)
+            raise
         self._size += len(data)
         if self.sync is SyncMode.ALWAYS:
             os.fdatasync(self._fd)
