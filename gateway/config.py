@@ -210,13 +210,16 @@ def load_deployments(path: Path | None) -> tuple[Deployment | ProviderDeployment
 class Settings(BaseSettings):
     """Everything the gateway is configured with."""
 
-    model_config = SettingsConfigDict(env_prefix="KVGATE_", extra="ignore")
+    # Secrets stay out of validation errors and reprs (both end up in logs).
+    model_config = SettingsConfigDict(
+        env_prefix="KVGATE_", extra="ignore", hide_input_in_errors=True
+    )
 
     environment: Literal["development", "production"] = "development"
-    database_url: str = "sqlite:///kvgate.db"
+    database_url: str = Field(default="sqlite:///kvgate.db", repr=False)  # may hold a password
     config: Path | None = None
-    secret: str = DEV_SECRET
-    admin_token: str = DEV_ADMIN_TOKEN
+    secret: str = Field(default=DEV_SECRET, repr=False)
+    admin_token: str = Field(default=DEV_ADMIN_TOKEN, repr=False)
     journal_dir: Path = Path("var/journal")
     # always | background | never (see gateway/accounting/journal.py); true/false read as
     # always/never, as in earlier releases.
@@ -237,7 +240,7 @@ class Settings(BaseSettings):
     replica_cooldown_s: float = Field(default=5.0, gt=0)
     log_level: str = "info"
     # Asked for by the dashboard when set; unset (the demo) means no password.
-    dashboard_password: str | None = None
+    dashboard_password: str | None = Field(default=None, repr=False)
 
     @field_validator("journal_sync", mode="before")
     @classmethod
