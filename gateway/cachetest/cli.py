@@ -63,6 +63,7 @@ def cachetest(
     ] = None,
 ) -> None:
     """Run the cache test plan against an endpoint; exit 1 when tenant isolation fails."""
+    from gateway.cachetest.client import TargetError
     from gateway.cachetest.report import write_report
     from gateway.cachetest.runner import run
 
@@ -89,7 +90,11 @@ def cachetest(
         seed=secrets.randbits(32) if seed is None else seed,
         audit=Audit(alpha=audit_alpha, min_effect=audit_min_effect, timing_only=audit_timing_only),
     )
-    results = asyncio.run(run(config))
+    try:
+        results = asyncio.run(run(config))
+    except TargetError as error:
+        typer.secho(f"\nerror: {error}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
     data = write_report(report, results)
     typer.echo(f"report: {report / 'report.md'} ({results.wall_s:.1f} s)")
     summary = data["summary"]

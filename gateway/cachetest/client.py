@@ -24,6 +24,10 @@ from gateway.replay.live import parse_usage
 from gateway.routing.load import CacheConfig, read_load
 
 
+class TargetError(Exception):
+    """The target did not answer the run's first request: nothing else would be measured."""
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One request as the client saw it."""

@@ -3,7 +3,7 @@ one way to send a request (with the key's salt where asked, counted on the progr
 
 from __future__ import annotations
 
-from gateway.cachetest.client import Endpoint, Outcome, key_salt
+from gateway.cachetest.client import Endpoint, Outcome, TargetError, key_salt
 from gateway.cachetest.plan import Plan, RunConfig
 from gateway.cachetest.progress import Progress
 from gateway.cachetest.prompts import PromptMaker
@@ -22,6 +22,7 @@ class Context:
         self.prompts = PromptMaker(config.seed)
         self.sent: list[Outcome] = []  # the first key's, for the summary and the bill
         self._next = 0
+        self._answered = False
 
     @property
     def plan(self) -> Plan:
@@ -46,6 +47,13 @@ class Context:
             key = config.second_key
         salt = key_salt(key) if config.salt_per_key else None
         outcome = await self.endpoint.chat(key, text, salt=salt)
+        if not self._answered:
+            if not outcome.ok:
+                raise TargetError(
+                    f"the first request to {self.endpoint.target} failed "
+                    f"(status {outcome.status}): {outcome.error}"
+                )
+            self._answered = True
         if not second:
             self.sent.append(outcome)
         self.progress.advance()

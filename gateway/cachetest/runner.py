@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from gateway.cachetest import (
     cold_warm,
@@ -29,6 +30,7 @@ from gateway.cachetest.progress import Progress
 from gateway.replay.metrics import TokenPrice
 from gateway.routing.load import CacheConfig
 
+T = TypeVar("T")
 DEFAULT_BLOCK_SIZE = 16
 # kvgate writes records in batches: how long to wait for the statement to show the run.
 STATEMENT_WAIT_S = 15.0
@@ -42,7 +44,7 @@ _PLANNED = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Results:
     """What a run produced: each stage's result, where the numbers came from, how long."""
 
@@ -56,13 +58,13 @@ class Results:
     billed: Billed | None  # the first key's statement, after minus before
     started_at: datetime
     wall_s: float
-    stage_wall_s: dict[str, float] = field(default_factory=dict)
+    stage_wall_s: dict[str, float]
+    sent: tuple[Outcome, ...]  # every request of the first key
     cold_warm: ColdWarm | None = None
     partial: Partial | None = None
     concurrency: Concurrency | None = None
     eviction: Eviction | None = None
     isolation: Isolation | None = None
-    sent: list[Outcome] = field(default_factory=list)  # the first key's outcomes
 
     @property
     def verdict(self) -> Verdict | None:
@@ -91,57 +93,65 @@ async def run(config: RunConfig, *, stream: TextIO | None = None) -> Results:
     async with Endpoint(config.target, config.model, max_tokens=config.max_tokens) as endpoint:
         cache = await endpoint.cache_config()
         if config.block_size is not None:
-            block_size, source = config.block_size, "--block-size"
+            block_size, block_source = config.block_size, "--block-size"
         elif cache is not None:
-            block_size, source = cache.block_size, "target /metrics"
+            block_size, block_source = cache.block_size, "target /metrics"
         else:
-            block_size, source = DEFAULT_BLOCK_SIZE, "default"
+            block_size, block_source = DEFAULT_BLOCK_SIZE, "default"
         day = started_at.date()
         before = await endpoint.statement(config.key, start=day, end=day)
         ctx = Context(endpoint, config, progress, block_size=block_size)
-        results = Results(
-            config=config,
-            block_size=block_size,
-            block_size_source=source,
-            cache=cache,
-            kvgate=before is not None,
-            price=config.price,
-            price_source="command line" if config.price is not None else None,
-            billed=None,
-            started_at=started_at,
-            wall_s=0.0,
-        )
+        stage_wall: dict[str, float] = {}
+        found: dict[str, object] = {}
         for stage in config.stages:
             progress.start(stage)
             stage_clock = time.perf_counter()
-            await _run_stage(ctx, results, stage)
-            results.stage_wall_s[stage] = time.perf_counter() - stage_clock
-        progress.start("statement" if before is not None else "done")
+            found[stage] = await _STAGES[stage](ctx)
+            stage_wall[stage] = time.perf_counter() - stage_clock
+        billed, price, price_source = None, config.price, "command line" if config.price else None
         if before is not None:
+            progress.start("statement")
             after = await _settled(endpoint, config.key, day, before, len(ctx.sent))
-            results.billed = Billed.between(before, after)
-            if results.price is None:
-                results.price = statement_price(after, config.model)
-                results.price_source = "kvgate statement" if results.price else None
+            billed = Billed.between(before, after)
+            if price is None:
+                price = statement_price(after, config.model)
+                price_source = "kvgate statement" if price is not None else None
         progress.close()
-    results.sent = list(ctx.sent)
-    results.wall_s = time.perf_counter() - clock
-    return results
+    return Results(
+        config=config,
+        block_size=block_size,
+        block_size_source=block_source,
+        cache=cache,
+        kvgate=before is not None,
+        price=price,
+        price_source=price_source,
+        billed=billed,
+        started_at=started_at,
+        wall_s=time.perf_counter() - clock,
+        stage_wall_s=stage_wall,
+        sent=tuple(ctx.sent),
+        cold_warm=_found(found, "cold-warm", ColdWarm),
+        partial=_found(found, "partial", Partial),
+        concurrency=_found(found, "concurrency", Concurrency),
+        eviction=_found(found, "eviction", Eviction),
+        isolation=_found(found, "isolation", Isolation),
+    )
 
 
-async def _run_stage(ctx: Context, results: Results, stage: str) -> None:
-    if stage == "cold-warm":
-        results.cold_warm = await cold_warm.run(ctx)
-    elif stage == "partial":
-        results.partial = await partial.run(ctx)
-    elif stage == "concurrency":
-        results.concurrency = await concurrency.run(ctx)
-    elif stage == "eviction":
-        results.eviction = await eviction.run(ctx)
-    elif stage == "isolation":
-        results.isolation = await isolation.run(ctx)
-    else:
-        raise ValueError(f"unknown stage {stage!r}")
+_STAGES: dict[str, Callable[[Context], Awaitable[object]]] = {
+    "cold-warm": cold_warm.run,
+    "partial": partial.run,
+    "concurrency": concurrency.run,
+    "eviction": eviction.run,
+    "isolation": isolation.run,
+}
+
+
+def _found(found: dict[str, object], stage: str, kind: type[T]) -> T | None:
+    result = found.get(stage)
+    if result is not None and not isinstance(result, kind):
+        raise TypeError(f"stage {stage} returned {type(result).__name__}")
+    return result
 
 
 async def _settled(

@@ -163,15 +163,3 @@ def test_isolated_tenants_pass_the_timing_only_audit_too(fleet: Fleet, tmp_path:
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert report(tmp_path)["stages"]["isolation"]["verdict"] == "no evidence of sharing"
-
-
-def test_the_isolation_stage_needs_a_second_key(tmp_path: Path) -> None:
-    run = cachetest(
-        "--target", "http://127.0.0.1:9",
-        "--key", "k",
-        "--model", MODEL,
-        "--stages", "isolation",
-        "--report", str(tmp_path),
-    )  # fmt: skip
-    assert run.returncode == 2
-    assert "the isolation stage needs --second-key" in run.stderr
