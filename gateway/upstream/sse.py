@@ -33,7 +33,11 @@ class EventSplitter:
         self._buffer = b""
 
     def feed(self, data: bytes) -> Iterator[bytes]:
-        self._buffer += data.replace(b"\r\n", b"\n")
+        self._buffer += data
+        if b"\r" in self._buffer:
+            # CRLF read as LF over the whole buffer: a CRLF can straddle two reads (a CR
+            # that ends this read is matched when its LF arrives).
+            self._buffer = self._buffer.replace(b"\r\n", b"\n")
         while True:
             end = self._buffer.find(b"\n\n")
             if end < 0:
