@@ -22,6 +22,7 @@ Conventions, and why each needs its own reading:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -76,6 +77,8 @@ def _count(value: Any) -> int:
     """A token count from a wire value; absent or malformed counts as zero."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0  # NaN and infinities: Python's json reads them
     return max(int(value), 0)
 
 
