@@ -1,0 +1,323 @@
+"""Properties, over generated inputs, of what the bill is computed from.
+
+- SSE: however an upstream's stream is cut into reads (line endings LF or CRLF, comments
+  between events), the gateway sees the same events, the same usage, the same finish.
+- Usage normalisers: any JSON at all becomes a valid Usage (never an exception); each
+  wire convention keeps its prompt total and its four classes disjoint.
+- Price arithmetic: each class is tokens × rate / 1M rounded half-even to the nano-dollar,
+  exactly (checked against rational arithmetic); totals are exact sums; costs add up with
+  no drift, and pricing per request differs from pricing the summed tokens by at most the
+  rounding, half a nano-dollar per class per request.
+
+Derandomized: the same examples on every run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.upstream.sse import EventSplitter, StreamState, inspect
+from gateway.usage import (
+    Usage,
+    from_anthropic,
+    from_deepseek,
+    from_gemini,
+    from_litellm,
+    from_openai,
+    from_openrouter,
+    to_openai,
+)
+from pricing.book import Rates, price_from_mapping
+from pricing.cost import Cost, compute, money
+
+SETTINGS = settings(derandomize=True, max_examples=150, deadline=None, database=None)
+NANO = Fraction(1, 10**9)
+tokens = st.integers(min_value=0, max_value=10**10)
+
+
+# -- SSE -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stream:
+    """An upstream stream as bytes, and what it says."""
+
+    raw: bytes
+    usage: dict[str, Any]
+    finish_reason: str
+    choice_events: int
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> Stream:
+    eol = draw(st.sampled_from([b"\n", b"\r\n"]))
+    texts = draw(st.lists(st.text(max_size=12), max_size=8))
+    finish = draw(st.sampled_from(["stop", "length"]))
+    prompt, output = draw(tokens), draw(tokens)
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "prompt_tokens_details": {"cached_tokens": draw(st.integers(0, prompt))},
+    }
+    usage_alone = draw(st.booleans())  # vLLM: a usage-only chunk; some servers: on the last
+
+    def choice(delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "finish_reason": finish_reason}
+
+    chunks = [{"id": "c", "choices": [choice({"content": t}, None)]} for t in texts]
+    last: dict[str, Any] = {"id": "c", "choices": [choice({}, finish)]}
+    chunks.append(last if usage_alone else {**last, "usage": usage})
+    if usage_alone:
+        chunks.append({"id": "c", "choices": [], "usage": usage})
+    events = [b"data: " + orjson.dumps(chunk) for chunk in chunks]
+    for _ in range(draw(st.integers(0, 3))):  # keep-alive comments, anywhere
+        events.insert(draw(st.integers(0, len(events))), b": keep-alive")
+    events.append(b"data: [DONE]")
+    raw = b"".join(event + eol + eol for event in events)
+    return Stream(raw, usage, finish, len(texts) + 1)
+
+
+def cut(raw: bytes, points: list[int]) -> list[bytes]:
+    bounds = [0, *sorted({p % (len(raw) + 1) for p in points}), len(raw)]
+    return [raw[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def read(reads: list[bytes]) -> tuple[list[bytes], StreamState]:
+    """The events the relay sees from these reads, and what it learns from them."""
+    splitter, state, events = EventSplitter(), StreamState(), []
+    for data in reads:
+        for event in splitter.feed(data):
+            events.append(event)
+            inspect(event, state)
+    assert splitter.rest() == b""
+    return events, state
+
+
+@SETTINGS
+@given(stream=streams(), points=st.lists(st.integers(min_value=0), max_size=40))
+def test_any_cutting_of_a_stream_gives_the_same_events_usage_and_finish(
+    stream: Stream, points: list[int]
+) -> None:
+    whole_events, whole = read([stream.raw])
+    events, state = read(cut(stream.raw, points))
+    assert events == whole_events
+    assert state.usage == whole.usage == stream.usage
+    assert state.finish_reason == whole.finish_reason == stream.finish_reason
+    assert state.content_events == whole.content_events == stream.choice_events
+    assert state.saw_done and whole.saw_done
+    assert from_openai(state.usage) == from_openai(stream.usage)
+
+
+@SETTINGS
+@given(stream=streams())
+def test_a_stream_read_a_byte_at_a_time_gives_the_same_usage(stream: Stream) -> None:
+    _, state = read([stream.raw[i : i + 1] for i in range(len(stream.raw))])
+    assert state.usage == stream.usage and state.finish_reason == stream.finish_reason
+
+
+# -- usage normalisers -----------------------------------------------------------------------
+
+NORMALISERS: list[Callable[[Mapping[str, Any] | None], Usage]] = [
+    from_openai,
+    from_anthropic,
+    from_deepseek,
+    from_gemini,
+    from_openrouter,
+    from_litellm,
+]
+KNOWN = [
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cache_creation_tokens",
+    "cache_creation_token_details",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "cache_creation",
+    "ephemeral_5m_input_tokens",
+    "ephemeral_1h_input_tokens",
+    "prompt_cache_hit_tokens",
+    "promptTokenCount",
+    "cachedContentTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+    "toolUsePromptTokenCount",
+]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),  # NaN and infinities too: Python's json reads them, and litellm uses it
+    st.text(max_size=5),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(KNOWN) | st.text(max_size=4), inner, max_size=5),
+    ),
+    max_leaves=20,
+)
+usages = st.dictionaries(st.sampled_from(KNOWN), scalars | values, max_size=10)
+
+
+@SETTINGS
+@given(usage=st.one_of(st.none(), usages))
+def test_every_normaliser_makes_a_valid_usage_of_any_json(usage: dict[str, Any] | None) -> None:
+    for normalise in NORMALISERS:
+        result = normalise(usage)
+        assert isinstance(result, Usage)  # its __post_init__ checked the invariants
+        assert result.cache_write_1h_tokens <= result.cache_write_tokens
+
+
+@SETTINGS
+@given(prompt=tokens, cached=tokens, output=tokens)
+def test_openai_cached_tokens_are_inside_the_prompt(prompt: int, cached: int, output: int) -> None:
+    wire = {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+    for normalise in (from_openai, from_deepseek, from_openrouter, from_litellm):
+        usage = normalise(wire)
+        assert usage.prompt_tokens == prompt and usage.output_tokens == output
+        assert usage.cache_read_tokens == min(cached, prompt)
+
+
+@SETTINGS
+@given(fresh=tokens, read=tokens, write=tokens, hour=tokens, output=tokens)
+def test_anthropic_cache_tokens_are_on_top_of_the_input(
+    fresh: int, read: int, write: int, hour: int, output: int
+) -> None:
+    usage = from_anthropic(
+        {
+            "input_tokens": fresh,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write,
+            "cache_creation": {"ephemeral_1h_input_tokens": hour},
+            "output_tokens": output,
+        }
+    )
+    assert (usage.uncached_tokens, usage.cache_read_tokens) == (fresh, read)
+    assert usage.cache_write_tokens == max(write, hour)
+    assert usage.cache_write_1h_tokens == hour
+    assert usage.prompt_tokens == fresh + read + max(write, hour)
+
+
+@SETTINGS
+@given(fresh=tokens, read=tokens, output=tokens)
+def test_the_gateways_own_usage_reads_back_as_it_was(fresh: int, read: int, output: int) -> None:
+    usage = Usage(uncached_tokens=fresh, cache_read_tokens=read, output_tokens=output)
+    assert from_openai(to_openai(usage)) == usage
+    assert from_litellm(to_openai(usage)) == usage
+
+
+# -- price arithmetic ------------------------------------------------------------------------
+
+# Rates as stored (Numeric(18, 9)): up to nine decimals, per million tokens.
+rates = st.decimals(min_value=0, max_value=10**6, places=9, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def usage_values(draw: st.DrawFn) -> Usage:
+    write = draw(tokens)
+    return Usage(
+        uncached_tokens=draw(tokens),
+        cache_read_tokens=draw(tokens),
+        cache_write_tokens=write,
+        output_tokens=draw(tokens),
+        cache_write_1h_tokens=draw(st.integers(0, write)),
+    )
+
+
+@st.composite
+def prices(draw: st.DrawFn) -> Rates:
+    return Rates(
+        input=draw(rates),
+        cache_read=draw(rates),
+        output=draw(rates),
+        cache_write=draw(st.none() | rates),
+        cache_write_1h=draw(st.none() | rates),
+    )
+
+
+def exact(tokens: int, rate: Fraction) -> Fraction:
+    """tokens × rate / 1M to the nano-dollar, half to even, in rationals."""
+    nanos = Fraction(tokens) * rate / 10**6 / NANO
+    return Fraction(round(nanos)) * NANO  # Python's round() is half-to-even
+
+
+def priced(usage: Usage, r: Rates) -> Cost:
+    entry = {
+        "model": "m",
+        "effective_from": "2026-01-01",
+        **{k: Decimal(v) for k, v in r.to_mapping().items()},
+    }
+    return compute(usage, price_from_mapping(entry))
+
+
+@SETTINGS
+@given(usage=usage_values(), r=prices())
+def test_each_class_is_exact_to_the_nano_dollar_and_the_total_is_their_sum(
+    usage: Usage, r: Rates
+) -> None:
+    cost = priced(usage, r)
+    write_5m = r.cache_write if r.cache_write is not None else r.input
+    write_1h = r.cache_write_1h if r.cache_write_1h is not None else write_5m
+    hour = usage.cache_write_1h_tokens
+    writes = Fraction(usage.cache_write_tokens - hour) * Fraction(write_5m)
+    writes += Fraction(hour) * Fraction(write_1h)
+    assert Fraction(cost.uncached) == exact(usage.uncached_tokens, Fraction(r.input))
+    assert Fraction(cost.cache_read) == exact(usage.cache_read_tokens, Fraction(r.cache_read))
+    assert Fraction(cost.cache_write) == exact(1, writes)  # the two write kinds rounded once
+    assert Fraction(cost.output) == exact(usage.output_tokens, Fraction(r.output))
+    assert cost.total == cost.uncached + cost.cache_read + cost.cache_write + cost.output
+    for part in (cost.uncached, cost.cache_read, cost.cache_write, cost.output, cost.total):
+        assert part.as_tuple().exponent == -9  # nano-dollars, as stored
+    assert cost.uncached_equivalent == money(usage.prompt_tokens, r.input) + money(
+        usage.output_tokens, r.output
+    )
+    assert cost.saved == cost.uncached_equivalent - cost.total
+
+
+@SETTINGS
+@given(requests=st.lists(usage_values(), min_size=1, max_size=20), r=prices())
+def test_costs_add_up_without_drift_and_within_rounding_of_the_summed_tokens(
+    requests: list[Usage], r: Rates
+) -> None:
+    costs = [priced(usage, r) for usage in requests]
+    total = sum((c.total for c in costs), Decimal(0))
+    assert Fraction(total) == sum((Fraction(c.total) for c in costs), Fraction(0))
+    # Rounded once per class per request: at most half a nano-dollar each away from the
+    # same tokens priced all at once.
+    summed = Usage(
+        uncached_tokens=sum(u.uncached_tokens for u in requests),
+        cache_read_tokens=sum(u.cache_read_tokens for u in requests),
+        cache_write_tokens=sum(u.cache_write_tokens for u in requests),
+        output_tokens=sum(u.output_tokens for u in requests),
+        cache_write_1h_tokens=sum(u.cache_write_1h_tokens for u in requests),
+    )
+    roundings = 4 * (len(requests) + 1)
+    assert abs(Fraction(total) - Fraction(priced(summed, r).total)) <= roundings * NANO / 2
+
+
+@SETTINGS
+@given(a=tokens, b=tokens, rate=rates)
+def test_more_tokens_never_cost_less(a: int, b: int, rate: Decimal) -> None:
+    low, high = sorted((a, b))
+    assert money(low, rate) <= money(high, rate)
+    assert money(0, rate) == 0 and money(low, Decimal(0)) == 0
