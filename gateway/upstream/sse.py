@@ -69,7 +69,8 @@ def inspect(event: bytes, state: StreamState) -> dict[str, Any] | None:
     has_usage = b'"usage":{' in data or b'"usage": {' in data
     has_finish = b'"finish_reason":"' in data or b'"finish_reason": "' in data
     if not (has_usage or has_finish):
-        state.content_events += 1
+        if not _role_only(data):
+            state.content_events += 1
         return None
     try:
         chunk = orjson.loads(data)
@@ -86,6 +87,16 @@ def inspect(event: bytes, state: StreamState) -> dict[str, Any] | None:
         state.content_events += 1
         return None
     return chunk if has_usage else None
+
+
+_EMPTY_CONTENT = (b'"content":""', b'"content": ""', b'"content":null', b'"content": null')
+
+
+def _role_only(data: bytes) -> bool:
+    """The first chat chunk names the role and carries no output token."""
+    if b'"role"' not in data:  # a quote inside a string value is escaped: never a false hit
+        return False
+    return b'"content"' not in data or any(empty in data for empty in _EMPTY_CONTENT)
 
 
 def encode(chunk: dict[str, Any]) -> bytes:
