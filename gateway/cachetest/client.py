@@ -110,9 +110,9 @@ class Endpoint:
                 self.target + "/v1/chat/completions", data=orjson.dumps(body), headers=headers
             ) as response:
                 if response.status != 200:
-                    text_ = (await response.text())[:300]
+                    detail = (await response.text())[:300]
                     return Outcome(
-                        response.status, 0, 0, 0, None, time.perf_counter() - started, text_
+                        response.status, 0, 0, 0, None, time.perf_counter() - started, detail
                     )
                 async for raw in response.content:
                     line = raw.strip()
