@@ -1,6 +1,8 @@
 """Keys and cache salts."""
 
 import asyncio
+import hmac
+from typing import Any
 
 import pytest
 
@@ -109,3 +111,60 @@ def test_keys_are_random_and_hashes_are_sha256_hex() -> None:
     import hashlib
 
     assert hash_key("kvg-x") == hashlib.sha256(b"kvg-x").hexdigest()
+
+
+class LookupLog(dict[str, Principal]):
+    """A key map that notes what it is asked for."""
+
+    def __init__(self, items: dict[str, Principal]) -> None:
+        super().__init__(items)
+        self.asked: list[str] = []
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.asked.append(key)
+        return super().get(key, default)
+
+
+@pytest.mark.parametrize("offered", ["right", "last-char", "first-char", "unrelated"])
+async def test_a_key_is_found_by_its_sha256_and_never_compared_itself(offered: str) -> None:
+    """Constant time by construction: the offered key is hashed, and only its digest is
+    looked up, so how much of a real key a wrong one shares changes nothing in the work
+    done; no plain key is held to compare against."""
+    key = new_key()
+    keys = LookupLog({hash_key(key): ALICE})
+    ring = KeyRing(lambda: keys)
+    await ring.refresh()
+    candidate = {
+        "right": key,
+        "last-char": key[:-1] + ("A" if key[-1] != "A" else "B"),
+        "first-char": ("x" if key[0] != "x" else "y") + key[1:],
+        "unrelated": new_key(),
+    }[offered]
+    keys.asked.clear()
+    try:
+        found: Principal | None = await ring.authenticate(f"Bearer {candidate}")
+    except AuthenticationFailed:
+        found = None
+    assert found == (ALICE if offered == "right" else None)
+    assert set(keys.asked) == {hash_key(candidate)}
+    assert list(keys) == [hash_key(key)] and key not in repr(ring.__dict__)
+
+
+def test_the_admin_token_is_compared_with_compare_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Constant time: hmac.compare_digest, on the whole token, every time."""
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def noting(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", noting)
+    assert admin_token_matches("s3cret-token", "Bearer s3cret-token")
+    assert not admin_token_matches("s3cret-token", "Bearer s3cret-tokeX")
+    assert not admin_token_matches("s3cret-token", "Bearer x")
+    assert compared == [
+        (b"s3cret-token", b"s3cret-token"),
+        (b"s3cret-tokeX", b"s3cret-token"),
+        (b"x", b"s3cret-token"),
+    ]

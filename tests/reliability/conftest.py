@@ -2,11 +2,14 @@
 
 `kvgate sim` (instant timing: these tests are about answers, not latency) behind
 `kvgate serve`, logging at debug level so that every line the gateway could ever log is
-there to be searched for secrets.
+there to be searched for secrets. The database is prepared in-process (migrations, the
+catalog's prices, tenants and keys through gateway.db.crud): tests/e2e covers the CLI, and
+these tests make many tenants.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -15,15 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
+from gateway.db import crud
+from gateway.db.migrate import upgrade
+from gateway.db.session import make_engine, session_factory, transaction
+from pricing.book import load_catalog
 from tests.conftest import _backends, new_database
-from tests.e2e.conftest import make_tenant
 from tests.support.processes import (
     Proc,
     gateway_env,
-    kvgate,
     start_gateway,
     start_sim,
+    wait_recorded,
     write_config,
 )
 
@@ -36,9 +43,12 @@ MAX_BODY = 65536
 @dataclass
 class Stack:
     url: str
+    database_url: str
+    engine: Engine
     env: dict[str, str]
     keys: dict[str, str]
     key_ids: dict[str, str]
+    tenant_ids: dict[str, str]
     gateway: Proc
     sim: Proc
     tmp: Path
@@ -56,9 +66,12 @@ class Stack:
             return log.read().decode(errors="replace")
 
     def tenant(self, name: str) -> str:
-        """A new tenant with one key (through the real CLI); its key."""
-        self.keys[name], self.key_ids[name] = make_tenant(self.env, name)
-        return self.keys[name]
+        """A new tenant with one key; its key."""
+        with transaction(session_factory(self.engine)) as session:
+            self.tenant_ids[name] = crud.create_tenant(session, name=name).id
+            issued = crud.create_key(session, tenant_name=name)
+        self.key_ids[name], self.keys[name] = issued.id, issued.key
+        return issued.key
 
 
 def call(
@@ -76,6 +89,16 @@ def call(
             return reply.status, dict(reply.headers), reply.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
+
+
+@contextlib.contextmanager
+def nothing_secret_logged(stack: Stack) -> Iterator[None]:
+    """What the gateway logs meanwhile (at debug level) holds no key, token or secret."""
+    offset = stack.log_size()
+    yield
+    wait_recorded(stack.url)
+    logged = stack.log_since(offset)
+    assert [name for name, s in stack.secrets().items() if s in logged] == []
 
 
 def error_of(body: bytes) -> dict[str, object]:
@@ -105,8 +128,10 @@ def stack(
             KVGATE_MAX_BODY_BYTES=str(MAX_BODY),
             KVGATE_LOG_LEVEL="debug",
         )
-        kvgate("db", "upgrade", env=env)
-        kvgate("prices", "sync", env=env)
+        upgrade(database_url)
+        engine = make_engine(database_url)
+        with transaction(session_factory(engine)) as session:
+            crud.add_prices(session, prices=load_catalog())
         sim = start_sim(
             tmp,
             extra=(
@@ -117,7 +142,7 @@ def stack(
         )
         config = write_config(tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url]}])
         gateway = start_gateway(tmp, config, env)
-        stack = Stack(gateway.url, env, {}, {}, gateway, sim, tmp)
+        stack = Stack(gateway.url, database_url, engine, env, {}, {}, {}, gateway, sim, tmp)
         try:
             for name in ("alpha", "beta"):
                 stack.tenant(name)
@@ -125,3 +150,4 @@ def stack(
         finally:
             gateway.stop()
             sim.stop()
+            engine.dispose()

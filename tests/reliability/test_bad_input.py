@@ -12,13 +12,19 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.reliability.conftest import MAX_BODY, MODEL, Stack, call, error_of
+from tests.reliability.conftest import (
+    MAX_BODY,
+    MODEL,
+    Stack,
+    call,
+    error_of,
+    nothing_secret_logged,
+)
 from tests.support.processes import wait_recorded
 
 pytestmark = pytest.mark.e2e
@@ -39,16 +45,6 @@ def post(stack: Stack, body: bytes, path: str = CHAT, **headers: str) -> tuple[i
 def chat(**fields: Any) -> bytes:
     # json, not orjson: the absurd values include integers past 64 bits.
     return json.dumps({"model": MODEL, "messages": USER, "max_tokens": 2, **fields}).encode()
-
-
-@contextlib.contextmanager
-def nothing_secret_logged(stack: Stack) -> Iterator[None]:
-    """What the gateway logs meanwhile (at debug level) holds no key, token or secret."""
-    offset = stack.log_size()
-    yield
-    wait_recorded(stack.url)
-    logged = stack.log_since(offset)
-    assert [name for name, s in stack.secrets().items() if s in logged] == []
 
 
 def raw_http(stack: Stack, head: bytes, chunks: list[bytes]) -> tuple[int, bytes]:
