@@ -29,6 +29,7 @@ class Tally:
     statuses: Counter[int] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)  # broken streams, exceptions
     refusals: list[bytes] = field(default_factory=list)  # bodies of 503s (first few)
+    broken: dict[str, bytes] = field(default_factory=dict)  # streams without [DONE], by id
     streams: int = 0
 
     def completed_between(self, start: float, end: float) -> int:
@@ -123,10 +124,12 @@ class Load:
                     tally.refusals.append(data)
                 if reply.status != 200:
                     return
+                request_id = reply.headers["x-request-id"]
                 if stream and not data.endswith(DONE):
                     tally.errors.append(f"stream without [DONE]: {data[-300:]!r}")
+                    if len(tally.broken) < 1000:
+                        tally.broken[request_id] = data
                     return
-                request_id = reply.headers["x-request-id"]
         except (aiohttp.ClientError, TimeoutError) as exc:
             tally.errors.append(repr(exc))
             return

@@ -38,10 +38,12 @@ def rss_kib(pid: int) -> int:
     raise LookupError(f"no VmRSS for {pid}")
 
 
-def tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and its children (the gateway and its writer)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return rss_kib(pid) + sum(rss_kib(int(child)) for child in children)
+def writer_pid(gateway_pid: int) -> int:
+    """The gateway's database writer: its spawned child (not the resource tracker)."""
+    for child in Path(f"/proc/{gateway_pid}/task/{gateway_pid}/children").read_text().split():
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return int(child)
+    raise LookupError(f"no writer process under {gateway_pid}")
 
 
 def rollup_requests(engine: Engine) -> int:
