@@ -1,4 +1,4 @@
-"""Billing statements: line items by day × model × price entry, with exact totals.
+"""Billing statements: line items by day × model × price entry × rate set, with exact totals.
 
 The totals are sums of the line items, which are SQL sums of the stored per-request costs,
 so a statement's total is exactly the sum of its requests' costs.
@@ -22,7 +22,13 @@ from gateway.errors import InvalidRequest
 from pricing.cost import ZERO
 
 MAX_DAYS = 366
-TOKEN_FIELDS = ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+TOKEN_FIELDS = (
+    "uncached_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+)
 COST_FIELDS = ("cost_uncached", "cost_cache_read", "cost_cache_write", "cost_output", "cost_total")
 LINE_FIELDS = tuple(f.name for f in fields(queries.LineItem))
 
@@ -34,6 +40,7 @@ class Totals:
     uncached_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    cache_write_1h_tokens: int
     output_tokens: int
     cost_uncached: Decimal
     cost_cache_read: Decimal

@@ -30,6 +30,9 @@ RATE_FIELDS = ("input", "cache_read", "cache_write", "output")
 OPTIONAL_RATES = ("cache_write", "cache_write_1h")
 # Names providers report for their ordinary tier: priced with the entry's base rates.
 STANDARD_TIERS = frozenset({"", "default", "standard", "auto", "on_demand"})
+# The names of an entry's rate sets besides its tiers (see Price.rate_class).
+STANDARD = "standard"
+LONG_CONTEXT = "long_context"
 
 
 class PriceError(ValueError):
@@ -93,20 +96,32 @@ class Price:
             cache_write_1h=self.cache_write_1h,
         )
 
-    def rates_for(self, prompt_tokens: int, tier: str | None = None) -> Rates:
-        """The rates for one request: its service tier's, else long-context, else base.
+    def rate_class(self, prompt_tokens: int, tier: str | None = None) -> str:
+        """Which of the entry's rate sets prices a request: its service tier's (when listed),
+        else ``long_context`` (prompt past the threshold), else ``standard``.
 
         A tier the entry does not list is priced at the base rates (the request is still
         recorded with its tier, so such requests can be found and re-priced).
         """
         name = (tier or "").strip().lower()
-        if name not in STANDARD_TIERS:
-            for tier_name, rates in self.tiers:
-                if tier_name == name:
-                    return rates
+        if name not in STANDARD_TIERS and any(tier_name == name for tier_name, _ in self.tiers):
+            return name
         if self.long_context is not None and prompt_tokens > self.long_context.above:
+            return LONG_CONTEXT
+        return STANDARD
+
+    def rates_named(self, rate_class: str) -> Rates:
+        """The rates of one of the entry's rate sets (base for ``standard`` or an unknown name)."""
+        if rate_class == LONG_CONTEXT and self.long_context is not None:
             return self.long_context.rates
+        for tier_name, rates in self.tiers:
+            if tier_name == rate_class:
+                return rates
         return self.base
+
+    def rates_for(self, prompt_tokens: int, tier: str | None = None) -> Rates:
+        """The rates for one request (see ``rate_class``)."""
+        return self.rates_named(self.rate_class(prompt_tokens, tier))
 
     def variants(self) -> dict[str, Any] | None:
         """The long-context and tier rates as plain data (stored beside the base rates)."""
@@ -203,6 +218,8 @@ def tiers_from(value: Any) -> tuple[tuple[str, Rates], ...]:
         key = str(name).strip().lower()
         if key in STANDARD_TIERS:
             raise PriceError(f"tiers.{name}: the standard tier is the entry's own rates")
+        if key == LONG_CONTEXT:
+            raise PriceError(f"tiers.{name}: long-context rates go under 'long_context'")
         if not isinstance(rates, Mapping) or "above" in rates:
             raise PriceError(f"tiers.{name}: expected a mapping of rates")
         tiers.append((key, rates_from_mapping(rates, f"tiers.{key}")))

@@ -80,6 +80,7 @@ class Ledger:
             finish_reason=finish_reason,
             usage=usage,
             price_id=price.id if price else None,
+            rate_class=price.rate_class(usage.prompt_tokens, service_tier) if price else None,
             cost=compute(usage, price, tier=service_tier) if price else Cost(),
             stream=stream,
             error=error,

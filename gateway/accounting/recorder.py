@@ -71,6 +71,7 @@ def record_row(record: Record) -> dict[str, Any]:
         "predicted_cached_tokens": record.predicted_cached_tokens,
         "ceiling_cached_tokens": record.ceiling_cached_tokens,
         "price_id": record.price_id,
+        "rate_class": record.rate_class,
         "cost_uncached": cost.uncached,
         "cost_cache_read": cost.cache_read,
         "cost_cache_write": cost.cache_write,

@@ -41,6 +41,8 @@ class Record:
     first_token_at: datetime | None = None
     finish_reason: str | None = None
     price_id: str | None = None
+    # Which of the price entry's rate sets the cost used (Price.rate_class).
+    rate_class: str | None = None
     predicted_cached_tokens: int | None = None
     ceiling_cached_tokens: int | None = None
     stream: bool = False

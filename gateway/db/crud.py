@@ -96,7 +96,8 @@ def active_principals(session: Session) -> dict[str, Principal]:
     }
 
 
-def _price_from_row(row: PriceRow) -> Price:
+def price_from_row(row: PriceRow) -> Price:
+    """A stored price entry, with its long-context and tier rates."""
     variants = orjson.loads(row.variants) if row.variants else {}
     return Price(
         model=row.model,
@@ -120,7 +121,7 @@ def _variants_json(price: Price) -> str | None:
 
 
 def _same_rates(row: PriceRow, price: Price) -> bool:
-    stored = _price_from_row(row)
+    stored = price_from_row(row)
     return (stored.base, stored.long_context, stored.tiers, stored.currency) == (
         price.base,
         price.long_context,
@@ -175,4 +176,4 @@ def add_prices(session: Session, *, prices: Iterable[Price]) -> PriceSync:
 
 
 def price_book(session: Session) -> PriceBook:
-    return PriceBook(_price_from_row(row) for row in session.scalars(select(PriceRow)))
+    return PriceBook(price_from_row(row) for row in session.scalars(select(PriceRow)))

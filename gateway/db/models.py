@@ -160,6 +160,9 @@ class RequestRow(Base):
     predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     price_id: Mapped[str | None] = mapped_column(String(300), default=None)
+    # The entry's rate set the costs were computed with: standard, long_context or a tier
+    # (None: recorded before kvgate kept it; such rows were priced by their service tier).
+    rate_class: Mapped[str | None] = mapped_column(String(32), default=None)
     cost_uncached: Mapped[Decimal] = mapped_column(Money())
     cost_cache_read: Mapped[Decimal] = mapped_column(Money())
     cost_cache_write: Mapped[Decimal] = mapped_column(Money())

@@ -13,8 +13,10 @@ from decimal import Decimal
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
+from gateway.db.crud import price_from_row
 from gateway.db.models import PriceRow, RequestRow, TenantRow
-from pricing.cost import ZERO
+from pricing.book import STANDARD, Price, Rates
+from pricing.cost import NANO, ZERO
 
 COMPLETED = "completed"
 
@@ -42,21 +44,28 @@ def completed_interactions() -> ColumnElement[int]:
 
 @dataclass(frozen=True, slots=True)
 class LineItem:
-    """Requests of one day × model × price entry."""
+    """Requests of one day × model × price entry × rate set (standard, long_context, a tier).
+
+    The rates are those the line's costs were computed with; ``cost_cache_write`` covers
+    both 5-minute and 1-hour writes (``cache_write_1h_tokens`` of them at the 1-hour rate).
+    """
 
     day: str
     model: str
     price_id: str | None
+    rate_class: str | None
     currency: str
     requests: int
     completed_interactions: int
     uncached_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    cache_write_1h_tokens: int
     output_tokens: int
     input_rate: Decimal | None
     cache_read_rate: Decimal | None
     cache_write_rate: Decimal | None
+    cache_write_1h_rate: Decimal | None
     output_rate: Decimal | None
     cost_uncached: Decimal
     cost_cache_read: Decimal
@@ -74,65 +83,93 @@ def statement_lines(session: Session, *, tenant_id: str, start: date, end: date)
             day,
             RequestRow.model,
             RequestRow.price_id,
-            PriceRow.currency,
+            RequestRow.rate_class,
             func.count(),
             completed_interactions(),
             func.sum(RequestRow.uncached_tokens),
             func.sum(RequestRow.cache_read_tokens),
             func.sum(RequestRow.cache_write_tokens),
+            func.sum(RequestRow.cache_write_1h_tokens),
             func.sum(RequestRow.output_tokens),
-            PriceRow.input,
-            PriceRow.cache_read,
-            PriceRow.cache_write,
-            PriceRow.output,
             func.sum(RequestRow.cost_uncached),
             func.sum(RequestRow.cost_cache_read),
             func.sum(RequestRow.cost_cache_write),
             func.sum(RequestRow.cost_output),
             func.sum(RequestRow.cost_total),
         )
-        .outerjoin(PriceRow, PriceRow.id == RequestRow.price_id)
         .where(
             RequestRow.tenant_id == tenant_id,
             RequestRow.started_at >= lower,
             RequestRow.started_at < upper,
         )
-        .group_by(
-            day,
-            RequestRow.model,
-            RequestRow.price_id,
-            PriceRow.currency,
-            PriceRow.input,
-            PriceRow.cache_read,
-            PriceRow.cache_write,
-            PriceRow.output,
-        )
-        .order_by(day, RequestRow.model, RequestRow.price_id)
+        .group_by(day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
+        .order_by(day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
     )
-    return [
-        LineItem(
-            day=row[0],
-            model=row[1],
-            price_id=row[2],
-            currency=row[3] or "USD",
-            requests=row[4],
-            completed_interactions=row[5],
-            uncached_tokens=int(row[6]),
-            cache_read_tokens=int(row[7]),
-            cache_write_tokens=int(row[8]),
-            output_tokens=int(row[9]),
-            input_rate=row[10],
-            cache_read_rate=row[11],
-            cache_write_rate=row[12],
-            output_rate=row[13],
-            cost_uncached=row[14] or ZERO,
-            cost_cache_read=row[15] or ZERO,
-            cost_cache_write=row[16] or ZERO,
-            cost_output=row[17] or ZERO,
-            cost_total=row[18] or ZERO,
+    rows = session.execute(query).all()
+    prices = prices_by_id(session, {row[2] for row in rows if row[2] is not None})
+    lines = []
+    for row in rows:
+        price = prices.get(row[2]) if row[2] is not None else None
+        rates = _as_stored(price.rates_named(row[3] or STANDARD)) if price is not None else None
+        lines.append(
+            LineItem(
+                day=row[0],
+                model=row[1],
+                price_id=row[2],
+                rate_class=row[3],
+                currency=price.currency if price is not None else "USD",
+                requests=row[4],
+                completed_interactions=row[5],
+                uncached_tokens=int(row[6]),
+                cache_read_tokens=int(row[7]),
+                cache_write_tokens=int(row[8]),
+                cache_write_1h_tokens=int(row[9]),
+                output_tokens=int(row[10]),
+                input_rate=rates.input if rates else None,
+                cache_read_rate=rates.cache_read if rates else None,
+                cache_write_rate=_or_input(rates.cache_write, rates) if rates else None,
+                cache_write_1h_rate=(
+                    _or_input(rates.cache_write_1h or rates.cache_write, rates) if rates else None
+                ),
+                output_rate=rates.output if rates else None,
+                cost_uncached=row[11] or ZERO,
+                cost_cache_read=row[12] or ZERO,
+                cost_cache_write=row[13] or ZERO,
+                cost_output=row[14] or ZERO,
+                cost_total=row[15] or ZERO,
+            )
         )
-        for row in session.execute(query)
-    ]
+    return lines
+
+
+def _as_stored(rates: Rates) -> Rates:
+    """Every rate at the scale of the stored base rates (tier rates are kept as JSON text)."""
+    scaled = {
+        name: None if value is None else value.quantize(NANO)
+        for name, value in (
+            ("cache_write", rates.cache_write),
+            ("cache_write_1h", rates.cache_write_1h),
+        )
+    }
+    return Rates(
+        input=rates.input.quantize(NANO),
+        cache_read=rates.cache_read.quantize(NANO),
+        output=rates.output.quantize(NANO),
+        **scaled,
+    )
+
+
+def _or_input(rate: Decimal | None, rates: Rates) -> Decimal:
+    """A write rate as applied: an entry without one bills writes as input (pricing.cost)."""
+    return rate if rate is not None else rates.input
+
+
+def prices_by_id(session: Session, ids: set[str]) -> dict[str, Price]:
+    """Price entries (with their long-context and tier rates) by id."""
+    if not ids:
+        return {}
+    rows = session.scalars(select(PriceRow).where(PriceRow.id.in_(ids)))
+    return {row.id: price_from_row(row) for row in rows}
 
 
 def period_completed_interactions(

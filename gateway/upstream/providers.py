@@ -180,7 +180,7 @@ class ProviderStream:
     first_at: datetime | None = None
     usage_chunk: dict[str, Any] | None = None
     finish_reason: str | None = None
-    service_tier: str | None = None
+    _tier_in_events: str | None = None
     content_chunks: int = 0
     ended: bool = False
     _estimate: int = field(default=0)
@@ -217,7 +217,7 @@ class ProviderStream:
 
     def _event(self, chunk: Any) -> bytes | None:
         data = _dump(chunk)
-        self.service_tier = service_tier(data) or self.service_tier
+        self._tier_in_events = service_tier(data) or self._tier_in_events
         if isinstance(data.get("usage"), dict) and not data.get("choices"):
             self.usage_chunk = data
             return None
@@ -232,6 +232,20 @@ class ProviderStream:
                 self.content_chunks += 1
         data.pop("usage", None)
         return b"data: " + orjson.dumps(data) + b"\n\n"
+
+    @property
+    def service_tier(self) -> str | None:
+        """The tier the provider says it served: in the events (OpenAI), or in the usage that
+        litellm keeps from the stream's start (Anthropic reports it in message_start, and
+        litellm drops it from the chunks it hands on)."""
+        if self._tier_in_events is not None:
+            return self._tier_in_events
+        for chunk in reversed(getattr(self.source, "chunks", ())):
+            usage = getattr(chunk, "usage", None)
+            tier = getattr(usage, "service_tier", None) if usage is not None else None
+            if isinstance(tier, str) and tier:
+                return tier
+        return None
 
     def _reported(self) -> dict[str, Any] | None:
         """The latest usage the provider itself sent, as litellm kept it.

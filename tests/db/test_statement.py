@@ -7,8 +7,10 @@ import orjson
 import pytest
 
 from gateway import billing
+from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import insert_records
 from gateway.accounting.records import Record, Status
+from gateway.auth import Principal
 from gateway.db import crud
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import InvalidRequest
@@ -168,7 +170,12 @@ def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  
     assert document["line_items"][2]["cost_total"] == "0.000000000"
     assert document["line_items"][0]["input_rate"] == "0.200000000"
     rows = billing.to_csv(statement).decode().splitlines()
-    assert rows[0].startswith("day,model,price_id,currency,requests,completed_interactions,")
+    assert rows[0] == (
+        "day,model,price_id,rate_class,currency,requests,completed_interactions,"
+        "uncached_tokens,cache_read_tokens,cache_write_tokens,cache_write_1h_tokens,"
+        "output_tokens,input_rate,cache_read_rate,cache_write_rate,cache_write_1h_rate,"
+        "output_rate,cost_uncached,cost_cache_read,cost_cache_write,cost_output,cost_total"
+    )
     assert rows[-1].split(",")[0] == "TOTAL"
     assert rows[-1].split(",")[-1] == "0.000857155"
 
@@ -206,3 +213,97 @@ def test_many_small_costs_sum_exactly(database_url: str) -> None:
         )
     engine.dispose()
     assert statement.totals.cost_total == sum((r.cost.total for r in records), D(0))
+
+
+TIERED = price_from_mapping(
+    {
+        "model": "t",
+        "effective_from": "2026-01-01",
+        "input": "3",
+        "cache_read": "0.30",
+        "cache_write": "3.75",
+        "cache_write_1h": "6",
+        "output": "15",
+        "long_context": {
+            "above": 200000,
+            "input": "6",
+            "cache_read": "0.60",
+            "cache_write": "7.50",
+            "cache_write_1h": "12",
+            "output": "22.50",
+        },
+        "tiers": {
+            "priority": {"input": "5", "cache_read": "0.50", "cache_write": "6.25", "output": "25"}
+        },
+    }
+)
+
+
+def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str) -> None:
+    """Standard, long-context and priority-tier requests of one entry are separate lines,
+    each with the rates actually applied (1-hour writes at their own rate)."""
+    engine = make_engine(database_url)
+    sessions = session_factory(engine)
+    with transaction(sessions) as session:
+        crud.add_prices(session, prices=[TIERED])
+        tenant_id = crud.create_tenant(session, name="tiered").id
+    ledger = Ledger(book=PriceBook([TIERED]), recorder=None, metrics=None)  # type: ignore[arg-type]
+    principal = Principal(tenant_id, "tiered", "key", f"tenant:{tenant_id}")
+    started = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    attempts = [
+        ("std", Usage(1000, 2000, 500, 100, cache_write_1h_tokens=100), None),
+        ("long", Usage(150000, 60000, 0, 10), None),  # 210,000 prompt tokens > 200,000
+        ("prio", Usage(1000, 0, 200, 10, cache_write_1h_tokens=200), "priority"),
+    ]
+    records = [
+        ledger.record(
+            request_id=name,
+            attempt=1,
+            principal=principal,
+            interaction_id=name,
+            deployment="t",
+            bills_as="t",
+            upstream="anthropic/t",
+            policy="fallback",
+            stream=False,
+            started_at=started,
+            status=Status.COMPLETED,
+            usage=usage,
+            service_tier=tier,
+        )
+        for name, usage, tier in attempts
+    ]
+    assert [r.rate_class for r in records] == ["standard", "long_context", "priority"]
+    insert_records(engine, records)
+    with sessions() as session:
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="tiered"),
+            start=date(2026, 3, 1),
+            end=date(2026, 3, 1),
+        )
+    engine.dispose()
+    lines = [
+        (
+            item.rate_class,
+            item.cache_write_tokens,
+            item.cache_write_1h_tokens,
+            item.input_rate,
+            item.cache_read_rate,
+            item.cache_write_rate,
+            item.cache_write_1h_rate,
+            item.output_rate,
+            item.cost_total,
+        )
+        for item in statement.lines
+    ]
+    assert lines == [
+        # 150000 × 6 + 60000 × 0.60 + 10 × 22.50 (per 1M) = 0.9 + 0.036 + 0.000225
+        ("long_context", 0, 0, D(6), D("0.6"), D("7.5"), D(12), D("22.5"), D("0.936225")),
+        # 1000 × 5 + 200 × 6.25 (1-hour writes at the tier's write rate) + 10 × 25
+        ("priority", 200, 200, D(5), D("0.5"), D("6.25"), D("6.25"), D(25), D("0.0065")),
+        # 1000 × 3 + 2000 × 0.30 + (400 × 3.75 + 100 × 6) + 100 × 15 = 3 + 0.6 + 2.1 + 1.5 (µ$)
+        ("standard", 500, 100, D(3), D("0.3"), D("3.75"), D(6), D(15), D("0.0072")),
+    ]
+    assert statement.totals.cache_write_1h_tokens == 300
+    assert statement.totals.cost_total == D("0.949925")

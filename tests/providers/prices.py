@@ -21,6 +21,26 @@ SONNET = price_from_mapping(
         },
     }
 )
+# Anthropic prices Priority Tier by commitment, not by list; an operator enters the
+# per-token rates of their contract as a tier of the entry (here 1.3x list).
+SONNET_PRIORITY_CONTRACT = price_from_mapping(
+    {
+        "model": "claude-sonnet-4-5-contract",
+        "effective_from": "2025-09-29",
+        "input": "3",
+        "cache_read": "0.30",
+        "cache_write": "3.75",
+        "output": "15",
+        "tiers": {
+            "priority": {
+                "input": "3.90",
+                "cache_read": "0.39",
+                "cache_write": "4.875",
+                "output": "19.50",
+            }
+        },
+    }
+)
 GPT = price_from_mapping(
     {
         "model": "gpt-4.1",

@@ -16,7 +16,14 @@ from gateway.usage import Usage, UsageSource
 from pricing.book import Price
 from pricing.cost import compute
 from tests.providers.emulator import Emulator
-from tests.providers.prices import DEEPSEEK, GEMINI, GPT, OPENROUTER_SONNET, SONNET
+from tests.providers.prices import (
+    DEEPSEEK,
+    GEMINI,
+    GPT,
+    OPENROUTER_SONNET,
+    SONNET,
+    SONNET_PRIORITY_CONTRACT,
+)
 
 D = Decimal
 BODY = {
@@ -79,6 +86,17 @@ CASES = [
         D("0.007710000"),
         "standard",
     ),
+    # Served at Priority Tier (said in message_start's usage, which litellm's stream drops):
+    # 1000 x 3.90 + 50 x 19.50 at the contract's priority rates, not 1000 x 3 + 50 x 15.
+    Case(
+        "anthropic-priority",
+        "anthropic",
+        "",
+        SONNET_PRIORITY_CONTRACT,
+        Usage(1000, 0, 0, 50),
+        D("0.004875000"),
+        "priority",
+    ),
     # 232 x 0.27 + 768 x 0.07 + 50 x 1.10; the stream has only hit/miss counts.
     Case(
         "deepseek-cache-hit", "deepseek", "/v1", DEEPSEEK, Usage(232, 768, 0, 50), D("0.000171400")
@@ -134,6 +152,7 @@ async def test_stream(case: Case, providers: Providers, emulator: tuple[Emulator
     await stream.close()
     usage = stream.usage()
     assert usage == case.usage
+    assert stream.service_tier == case.tier
     assert compute(usage, case.price, tier=stream.service_tier).total == case.total
     assert stream.finish_reason == "stop"
     assert all(event.startswith(b"data: {") and b'"usage"' not in event for event in events)

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 from gateway.db import crud
 from gateway.db.models import RequestRow
 from gateway.db.session import make_engine, session_factory, transaction
-from tests.providers.prices import GPT, SONNET
+from tests.providers.prices import GPT, SONNET, SONNET_PRIORITY_CONTRACT
 from tests.support.processes import (
     Proc,
     free_port,
@@ -99,7 +99,7 @@ def stack(database_url: str, tmp_path: Path) -> Iterator[Stack]:
     key = kvgate("keys", "create", "--tenant", "acme", env=env).stdout.strip().splitlines()[-1]
     engine = make_engine(database_url)
     with transaction(session_factory(engine)) as session:
-        crud.add_prices(session, prices=[SONNET, GPT])
+        crud.add_prices(session, prices=[SONNET, GPT, SONNET_PRIORITY_CONTRACT])
     emulator = start_emulator(tmp_path)
     anthropic = {
         "backend": "litellm",
@@ -125,6 +125,12 @@ def stack(database_url: str, tmp_path: Path) -> Iterator[Stack]:
                 ],
             },
             {"name": "claude-long", "litellm_model": "anthropic/anthropic-long", **anthropic},
+            {
+                "name": "claude-priority",
+                "litellm_model": "anthropic/anthropic-priority",
+                **anthropic,
+                "price_model": SONNET_PRIORITY_CONTRACT.model,
+            },
             {
                 "name": "gpt",
                 "backend": "litellm",
@@ -182,10 +188,9 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
     assert [classes(r) for r in rows] == [(20, 0, 1500, 500, 60, "reported")] * 2
     assert [r.cost_cache_write for r in rows] == [D("0.006750000")] * 2
     assert [r.cost_total for r in rows] == [D("0.007710000")] * 2
-    assert {(r.upstream, r.service_tier, r.price_id, r.stream) for r in rows} == {
-        ("anthropic/anthropic-cache-write", "standard", SONNET.id, False),
-        # litellm does not pass the tier on from a stream's message_start: base rates.
-        ("anthropic/anthropic-cache-write", None, SONNET.id, True),
+    assert {(r.upstream, r.service_tier, r.rate_class, r.price_id, r.stream) for r in rows} == {
+        ("anthropic/anthropic-cache-write", "standard", "standard", SONNET.id, False),
+        ("anthropic/anthropic-cache-write", "standard", "standard", SONNET.id, True),
     }
 
     legacy = httpx.post(
@@ -206,6 +211,37 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
         line["cost_total"],
     ) == ("claude", 2, 40, 3000, 120, "0.015420000")
     assert statement["totals"]["cost_total"] == "0.015420000"
+
+
+def test_an_anthropic_priority_tier_stream_is_billed_at_the_tier_rates(stack: Stack) -> None:
+    """Anthropic reports the tier in message_start only: 1000 x 3.90 + 50 x 19.50 per
+    million (the contract's priority rates), streamed and not, and shown so in the statement."""
+    client = stack.client()
+    reply = client.chat.completions.create(model="claude-priority", messages=MESSAGES)  # type: ignore[arg-type]
+    assert reply.usage is not None
+    assert (reply.usage.model_extra or {})["cost"] == "0.004875000"
+    stream = client.chat.completions.create(
+        model="claude-priority",
+        messages=MESSAGES,
+        stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[-1].usage is not None
+    assert (chunks[-1].usage.model_extra or {})["cost"] == "0.004875000"
+
+    rows = stack.rows(2)
+    assert [(r.service_tier, r.rate_class, r.stream, r.cost_total) for r in rows] == [
+        ("priority", "priority", False, D("0.004875000")),
+        ("priority", "priority", True, D("0.004875000")),
+    ]
+    [line] = stack.statement()["line_items"]
+    assert {k: line[k] for k in ("rate_class", "input_rate", "output_rate", "cost_total")} == {
+        "rate_class": "priority",
+        "input_rate": "3.900000000",
+        "output_rate": "19.500000000",
+        "cost_total": "0.009750000",
+    }
 
 
 def test_a_500_fails_over_to_the_next_target_as_a_second_attempt(stack: Stack) -> None:
