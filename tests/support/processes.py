@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 def wait_http(
-    url: str, timeout_s: float = 20.0, process: subprocess.Popen[bytes] | None = None
+    url: str, timeout_s: float = 60.0, process: subprocess.Popen[bytes] | None = None
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
