@@ -28,7 +28,7 @@ class Tally:
     latencies: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)  # broken streams, exceptions
-    refusals: list[bytes] = field(default_factory=list)  # bodies of 503s (first few)
+    refusals: list[bytes] = field(default_factory=list)  # distinct bodies of 503s
     broken: dict[str, bytes] = field(default_factory=dict)  # streams without [DONE], by id
     streams: int = 0
 
@@ -120,7 +120,7 @@ class Load:
             async with session.post(self.url, json=body, headers=self.headers) as reply:
                 data = await reply.read()
                 tally.statuses[reply.status] += 1
-                if reply.status == 503 and len(tally.refusals) < 20:
+                if reply.status == 503 and data not in tally.refusals:
                     tally.refusals.append(data)
                 if reply.status != 200:
                     return

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select
 from gateway.db.models import RequestRow, UsageHourRow
 
 
-def metric(url: str, name: str, labels: str = "") -> float | None:
+def metric(url: str, name: str, labels: str = "") -> float:
     """One sample of a Prometheus text endpoint (``labels``: a substring of its label set)."""
     with urllib.request.urlopen(url + "/metrics", timeout=5) as reply:
         text = reply.read().decode()
@@ -21,7 +21,7 @@ def metric(url: str, name: str, labels: str = "") -> float | None:
     for match in pattern.finditer(text):
         if labels in (match.group(1) or ""):
             return float(match.group(2))
-    return None
+    raise LookupError(f"{name}{{{labels}}} not in {url}/metrics")
 
 
 def healthz(url: str) -> dict[str, object]:
@@ -49,7 +49,7 @@ def writer_pid(gateway_pid: int) -> int:
 def rollup_requests(engine: Engine) -> int:
     """Requests counted by the hourly rollups (a replayed record counted twice shows here)."""
     with engine.connect() as connection:
-        return int(connection.scalar(select(func.coalesce(func.sum(UsageHourRow.requests), 0))))
+        return int(connection.scalar(select(func.sum(UsageHourRow.requests))) or 0)
 
 
 def status_counts(engine: Engine) -> Counter[str]:

@@ -75,10 +75,7 @@ def test_a_client_hanging_up_cancels_upstream_and_is_recorded_cancelled(
 
         wait_recorded(stack.url)
         with stack.engine.connect() as connection:
-            rows = {
-                r.request_id: r
-                for r in connection.execute(select(RequestRow))  # type: ignore[arg-type]
-            }
+            rows = {r.request_id: r for r in connection.execute(select(RequestRow))}
         outputs = [rows[request_id].output_tokens for request_id, _ in hung_up]
         print(
             f"hung up after {CUT_AFTER} tokens; recorded {outputs}; upstream cancelled "

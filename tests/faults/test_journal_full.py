@@ -2,24 +2,22 @@
 records straight to the database (``KVGATE_REFUSE_WHEN_UNRECORDABLE=false``); recover
 when space returns; never a 200 without its record.
 
-"Full" is RLIMIT_FSIZE on the running gateway (``prlimit``): we run as root, so file
-permissions would not stop a write, and mounting a small filesystem needs privileges a
-container may not have. Past the limit ``write`` fails with EFBIG (Python ignores
-SIGXFSZ), and a write that crosses it is cut short, as on a disk that fills mid-write.
+Each runs twice: the gateway's RLIMIT_FSIZE lowered (EFBIG), and the journal on a small
+tmpfs filled up (ENOSPC; skipped where mounting is not allowed). See ``disks.py``.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from gateway.accounting.journal import segments
 from tests.faults.conftest import MODEL, FaultStack, make_stack
+from tests.faults.disks import FileSizeLimit, SmallFilesystem
 from tests.faults.load import Load, Tally
 from tests.faults.probes import completed_ids, healthz
 from tests.support.processes import wait_recorded
@@ -31,23 +29,16 @@ FULL_S = 3.0
 SIM_ARGS = ("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "100")
 
 
-def limit_file_size(pid: int, limit: int | str) -> None:
-    """Set the soft limit only: raising a hard limit again needs CAP_SYS_RESOURCE."""
-    subprocess.run(["prlimit", "--pid", str(pid), f"--fsize={limit}:unlimited"], check=True)
+Disk = FileSizeLimit | SmallFilesystem
+REFUSED = "the gateway cannot record requests right now; retry shortly"
+NOT_KEPT = "the record of this request could not be kept"
 
 
-def fill_the_disk(stack: FaultStack) -> float:
-    """Let the journal's segment grow by a few hundred bytes more, then fail (mid-record)."""
-    assert stack.gateway is not None
-    size = max(p.stat().st_size for p in segments(stack.tmp / "journal"))
-    limit_file_size(stack.gateway.process.pid, size + 700)
-    return time.monotonic()
-
-
-def free_space(stack: FaultStack) -> float:
-    assert stack.gateway is not None
-    limit_file_size(stack.gateway.process.pid, "unlimited")
-    return time.monotonic()
+@pytest.fixture(params=["rlimit", "tmpfs"])
+def disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Disk]:
+    made: Disk = FileSizeLimit(tmp_path) if request.param == "rlimit" else SmallFilesystem(tmp_path)
+    yield made
+    made.close()
 
 
 @dataclass
@@ -59,15 +50,18 @@ class Run:
     writable_again_s: float  # from space returning to /healthz journal_writable
 
 
-def run_through_a_full_disk(stack: FaultStack) -> Run:
+def run_through_a_full_disk(stack: FaultStack, disk: Disk) -> Run:
     load = Load(stack.url, stack.key, MODEL, rate=40, concurrency=64, max_tokens=100).start()
     time.sleep(3)
-    full_at = fill_the_disk(stack)
+    assert stack.gateway is not None
+    disk.fill(stack.gateway.process.pid)
+    full_at = time.monotonic()
     writable = []
     while time.monotonic() - full_at < FULL_S:
         time.sleep(0.5)
         writable.append(bool(healthz(stack.url)["journal_writable"]))
-    freed_at = free_space(stack)
+    disk.free(stack.gateway.process.pid)
+    freed_at = time.monotonic()
     while not healthz(stack.url)["journal_writable"]:
         assert time.monotonic() - freed_at < 10, "the journal did not recover"
         time.sleep(0.05)
@@ -78,10 +72,15 @@ def run_through_a_full_disk(stack: FaultStack) -> Run:
     return Run(tally, full_at, freed_at, writable, writable_again_s)
 
 
-def test_a_full_journal_disk_refuses_with_503_and_recovers(tmp_path: Path) -> None:
-    stack = make_stack(tmp_path, f"sqlite:///{tmp_path / 'kvgate.db'}", sim_args=SIM_ARGS)
+def test_a_full_journal_disk_refuses_with_503_and_recovers(tmp_path: Path, disk: Disk) -> None:
+    stack = make_stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'kvgate.db'}",
+        sim_args=SIM_ARGS,
+        KVGATE_JOURNAL_DIR=str(disk.journal_dir),
+    )
     try:
-        run = run_through_a_full_disk(stack)
+        run = run_through_a_full_disk(stack, disk)
         tally = run.tally
         print(
             f"full for {FULL_S:.0f} s at 40/s: {tally.statuses[503]} refused (503), "
@@ -90,15 +89,19 @@ def test_a_full_journal_disk_refuses_with_503_and_recovers(tmp_path: Path) -> No
         )
         assert run.writable[-1] is False
         assert tally.statuses[503] > 0
-        body = json.loads(tally.refusals[-1])
-        assert body == {
-            "error": {
-                "message": "the gateway cannot record requests right now; retry shortly",
-                "type": "service_unavailable",
-                "param": None,
-                "code": "recorder_unavailable",
+        # Refused up front, or (in flight when the disk filled) served upstream but not
+        # recordable: both in the OpenAI error shape, saying so.
+        bodies = {json.loads(body)["error"]["message"]: json.loads(body) for body in tally.refusals}
+        assert set(bodies) <= {REFUSED, NOT_KEPT} and REFUSED in bodies
+        for message, body in bodies.items():
+            assert body == {
+                "error": {
+                    "message": message,
+                    "type": "service_unavailable",
+                    "param": None,
+                    "code": "recorder_unavailable",
+                }
             }
-        }
         # Nothing completed while full (but requests that were in flight when the disk filled).
         assert tally.completed_between(run.full_at + 1.5, run.freed_at) == 0
         assert run.writable_again_s < 1.5  # the probe tries every second
@@ -109,15 +112,18 @@ def test_a_full_journal_disk_refuses_with_503_and_recovers(tmp_path: Path) -> No
         stack.close()
 
 
-def test_a_full_journal_disk_can_be_served_through_into_the_database(tmp_path: Path) -> None:
+def test_a_full_journal_disk_can_be_served_through_into_the_database(
+    tmp_path: Path, disk: Disk
+) -> None:
     stack = make_stack(
         tmp_path,
         f"sqlite:///{tmp_path / 'kvgate.db'}",
         sim_args=SIM_ARGS,
+        KVGATE_JOURNAL_DIR=str(disk.journal_dir),
         KVGATE_REFUSE_WHEN_UNRECORDABLE="false",
     )
     try:
-        run = run_through_a_full_disk(stack)
+        run = run_through_a_full_disk(stack, disk)
         tally = run.tally
         print(
             f"full for {FULL_S:.0f} s at 40/s, refusing off: {dict(tally.statuses)}, "

@@ -63,7 +63,7 @@ def test_a_killed_replica_fails_its_streams_cleanly_and_is_routed_around(
         tally = load.stop()
         wait_recorded(stack.url)
         with stack.engine.connect() as connection:
-            rows = list(connection.execute(select(RequestRow)))  # type: ignore[arg-type]
+            rows = list(connection.execute(select(RequestRow)))
 
         by_id = {r.request_id: r for r in rows}
         on_victim = [r for r in rows if r.upstream == victim.url]
