@@ -59,6 +59,23 @@ def test_the_schema_documents_every_endpoint(stack: Stack) -> None:
     assert chat["properties"]["model"]["enum"] == ["kvgate/demo-llama-8b"]
 
 
+def test_every_operation_documented_as_secured_refuses_a_request_without_a_key(
+    stack: Stack,
+) -> None:
+    document = json.loads(call(stack.url + "/openapi.json")[2])
+    secured = [
+        (method.upper(), path)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if operation.get("security")
+    ]
+    assert sorted(secured) == sorted(op for op in OPERATIONS if op[1] != "/healthz")
+    for method, path in secured:
+        status, headers, body = call(stack.url + path, b"{}" if method == "POST" else None)
+        assert status == 401 and error_of(body)["type"] == "authentication_error", path
+        assert headers["www-authenticate"] == "Bearer"
+
+
 # Negative cases need an input to break: /v1/models and /healthz take none.
 CASES = [
     pytest.param(method, path, mode, id=f"{path}-{mode.value}")
