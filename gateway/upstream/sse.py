@@ -78,12 +78,15 @@ def inspect(event: bytes, state: StreamState) -> dict[str, Any] | None:
         return None
     if not isinstance(chunk, dict):
         return None
-    for choice in chunk.get("choices") or ():
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):  # malformed: passed on, read as no choices
+        choices = []
+    for choice in choices:
         if isinstance(choice, dict) and choice.get("finish_reason"):
             state.finish_reason = str(choice["finish_reason"])
     if isinstance(chunk.get("usage"), dict):
         state.usage = chunk["usage"]
-    if chunk.get("choices"):
+    if choices:
         state.content_events += 1
         return None
     return chunk if has_usage else None
