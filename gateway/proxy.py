@@ -216,15 +216,14 @@ class Proxy:
             error = _upstream_error(status, data, raw)
             await self._fail(ctx, attempt, error)
             raise error
-        usage = from_openai(data.get("usage"))
-        choices = data.get("choices") or [{}]
+        usage = from_openai(_dict(data.get("usage")))
         record = self.make_record(
             ctx,
             attempt,
             status=Status.COMPLETED,
             usage=usage,
             first_token_at=None,
-            finish_reason=(choices[0] or {}).get("finish_reason"),
+            finish_reason=_finish_reason(data.get("choices")),
         )
         await self.ledger.keep(record)
         data["usage"] = _billed_usage(data.get("usage"), record)
@@ -368,6 +367,17 @@ def _upstream_error(status: int, data: dict[str, Any] | None, raw: bytes) -> Kvg
             param=param if isinstance(param, str) else None,
         )
     return UpstreamError(f"upstream answered {status}: {message or raw[:200]!r}")
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _finish_reason(choices: Any) -> str | None:
+    """The first choice's finish reason, if the upstream's answer has one where expected."""
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = first.get("finish_reason") if isinstance(first, dict) else None
+    return str(reason) if reason is not None else None
 
 
 def _billed_usage(usage: Any, record: Record) -> dict[str, Any]:
