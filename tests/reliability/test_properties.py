@@ -25,6 +25,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway import proxy
+from gateway.api.calls import Endpoint, parse_body, parse_call
+from gateway.errors import InvalidRequest
 from gateway.upstream.sse import EventSplitter, StreamState, inspect
 from gateway.usage import (
     Usage,
@@ -321,3 +324,77 @@ def test_more_tokens_never_cost_less(a: int, b: int, rate: Decimal) -> None:
     low, high = sorted((a, b))
     assert money(low, rate) <= money(high, rate)
     assert money(0, rate) == 0 and money(low, Decimal(0)) == 0
+
+
+# -- what the gateway reads from clients and upstreams ---------------------------------------
+
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "role",
+    "content",
+    "text",
+    "stream",
+    "stream_options",
+    "include_usage",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "cache_salt",
+    "metadata",
+    "interaction_id",
+]
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), inner, max_size=6)
+    ),
+    max_leaves=25,
+)
+
+
+@SETTINGS
+@given(body=st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=8))
+def test_any_json_body_is_a_call_or_an_invalid_request(body: dict[str, Any]) -> None:
+    for endpoint in Endpoint:
+        try:
+            call = parse_call(endpoint, body)
+        except InvalidRequest as error:
+            assert error.status == 400 and error.message
+            continue
+        assert call.model == body["model"] and call.prompt_chars >= 0
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=64) | json_values.map(orjson.dumps))
+def test_any_bytes_are_a_json_object_or_an_invalid_request(raw: bytes) -> None:
+    try:
+        assert isinstance(parse_body(raw, limit=48), dict)
+    except InvalidRequest as error:  # BodyTooLarge included
+        assert error.status in (400, 413)
+
+
+@SETTINGS
+@given(data=json_values.map(orjson.dumps) | st.binary(max_size=40))
+def test_any_upstream_event_is_inspected_without_error(data: bytes) -> None:
+    """Malformed upstream chunks are passed on, never a reason to break the stream."""
+    for event in (b"data: " + data + b"\n\n", b'data: {"usage":{}, "choices": ' + data + b"}"):
+        state = StreamState()
+        inspect(event, state)
+        assert state.usage is None or isinstance(state.usage, dict)
+
+
+@SETTINGS
+@given(answer=st.dictionaries(st.sampled_from(["choices", "usage", "id"]), json_values))
+def test_any_upstream_answer_is_read_without_error(answer: dict[str, Any]) -> None:
+    """A complete answer's usage and finish reason, however malformed its fields."""
+    usage = from_openai(proxy._dict(answer.get("usage")))
+    assert isinstance(usage, Usage)
+    reason = proxy._finish_reason(answer.get("choices"))
+    assert reason is None or isinstance(reason, str)
