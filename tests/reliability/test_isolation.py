@@ -27,7 +27,7 @@ from gateway.accounting.recorder import insert_records
 from gateway.auth import cache_salt, hash_key
 from gateway.db import crud
 from gateway.db.migrate import upgrade
-from gateway.db.models import InteractionRow, RequestRow
+from gateway.db.models import ApiKeyRow, Base, InteractionRow, RequestRow
 from gateway.db.session import make_engine, session_factory, transaction
 from tests.dashboard.conftest import JAN, JUL, open_app, world_records
 from tests.reliability.conftest import (
@@ -275,3 +275,20 @@ def test_the_dashboard_shows_no_key_hash_or_secret(
         shown = b"".join(part for root in (app.main, app.sidebar) for part in element_bytes(root))
         assert b"shown-a" in shown or page in ("routing", "models")  # the page has data
         assert [h for h in hidden if h.encode() in shown] == [], page
+
+
+def test_nothing_stored_holds_a_key_or_the_secret(stack: Stack) -> None:
+    """After traffic from every tenant: not in the journal, not in any table (keys are
+    stored as SHA-256 digests only)."""
+    for name in list(stack.keys):
+        complete(stack, stack.keys[name], cache_salt=f"salt-{name}")
+    wait_recorded(stack.url)
+    hidden = list(stack.secrets().items())
+    journal = b"".join(p.read_bytes() for p in (stack.tmp / "journal").rglob("*") if p.is_file())
+    assert [name for name, s in hidden if s.encode() in journal] == []
+    with stack.engine.connect() as connection:
+        for table in Base.metadata.sorted_tables:
+            text = repr(connection.execute(select(table)).all())
+            assert [name for name, s in hidden if s in text] == [], table.name
+        digests = set(connection.scalars(select(ApiKeyRow.key_hash)))
+    assert {hash_key(key) for key in stack.keys.values()} <= digests
