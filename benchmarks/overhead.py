@@ -15,7 +15,9 @@ import argparse
 import asyncio
 import os
 import secrets
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -119,6 +121,17 @@ def own_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def flamegraph(pid: int, svg: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the gateway (on core 1, beside the load) until sent SIGINT."""
+    svg.parent.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).with_name("py-spy")
+    command = [str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "flamegraph"]
+    process = subprocess.Popen([*command, "--output", str(svg)], stdout=subprocess.DEVNULL)
+    pin(process.pid, 1)
+    time.sleep(1.0)  # attached before the load starts
+    return process
+
+
 def pin(process_id: int, core: int) -> None:
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
         os.sched_setaffinity(process_id, {core})
@@ -137,6 +150,13 @@ def main() -> None:
         choices=("background", "always", "never"),
         default="background",
         help="KVGATE_JOURNAL_SYNC: flush after the response (default), before it, or never",
+    )
+    parser.add_argument(
+        "--flamegraph",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also record py-spy flame graphs (SVG) of the gateway in the c=32 scenarios",
     )
     args = parser.parse_args()
 
@@ -200,6 +220,12 @@ def main() -> None:
                     )
                 )
                 own_before = own_cpu(gateway.process.pid)
+                mode = "stream" if stream else "json"
+                profiler = (
+                    flamegraph(gateway.process.pid, args.flamegraph / f"overhead-{mode}-c32.svg")
+                    if args.flamegraph is not None and concurrency == 32
+                    else None
+                )
                 through = asyncio.run(
                     run(
                         gateway.url + "/v1/chat/completions",
@@ -212,9 +238,10 @@ def main() -> None:
                 )
                 # The gateway process alone (its writer child is reported apart).
                 cpu_ms = (own_cpu(gateway.process.pid) - own_before) * 1000 / len(through.latencies)
-                results.append(
-                    ("stream" if stream else "json", concurrency, stream, direct, through, cpu_ms)
-                )
+                if profiler is not None:
+                    profiler.send_signal(signal.SIGINT)  # py-spy writes the SVG on SIGINT
+                    profiler.wait(timeout=60)
+                results.append((mode, concurrency, stream, direct, through, cpu_ms))
         engine = create_engine(normalise_url(database_url))
         deadline = time.monotonic() + 60
         recorded = 0
