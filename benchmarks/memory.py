@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import secrets
+import contextlib
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead import pin, run
+from overhead import pin, run, scratch_database
 
 from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
@@ -67,15 +66,8 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-memory-"))
-    name = "kvgate_mem_" + secrets.token_hex(4)
-    admin = create_engine(normalise_url(args.database_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    database_url = (
-        make_url(normalise_url(args.database_url))
-        .set(database=name)
-        .render_as_string(hide_password=False)
-    )
+    scratch = contextlib.ExitStack()
+    database_url = scratch.enter_context(scratch_database(args.database_url, "kvgate_mem_"))
     sim = gateway = None
     try:
         env = gateway_env(database_url, tmp / "journal", KVGATE_LOG_LEVEL="error")
@@ -141,9 +133,7 @@ def main() -> None:
         for proc in (gateway, sim):
             if proc is not None:
                 proc.stop()
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.close()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +117,22 @@ async def run(
     return Result("", latencies, seconds, errors)
 
 
+@contextlib.contextmanager
+def scratch_database(server_url: str, prefix: str) -> Iterator[str]:
+    """A fresh database on the Postgres server (its URL), dropped afterwards."""
+    name = prefix + secrets.token_hex(4)
+    admin = create_engine(normalise_url(server_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        url = make_url(normalise_url(server_url)).set(database=name)
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 def own_cpu(pid: int) -> float:
     """User + system CPU seconds of one process (all its threads) so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -161,15 +179,8 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
-    name = "kvgate_bench_" + secrets.token_hex(4)
-    admin = create_engine(normalise_url(args.database_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    database_url = (
-        make_url(normalise_url(args.database_url))
-        .set(database=name)
-        .render_as_string(hide_password=False)
-    )
+    scratch = contextlib.ExitStack()
+    database_url = scratch.enter_context(scratch_database(args.database_url, "kvgate_bench_"))
     sim = gateway = None
     try:
         env = gateway_env(
@@ -285,9 +296,7 @@ def main() -> None:
             gateway.stop()
         if sim:
             sim.stop()
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.close()
 
 
 if __name__ == "__main__":
