@@ -63,8 +63,12 @@ class Gateway(FastAPI):
         """FastAPI's schema, with the inference paths (which it never routes) documented;
         once started, the model names are those the gateway serves."""
         if self.openapi_schema is None:
-            models = sorted(getattr(self.state, "deployments", ()))
-            self.openapi_schema = openapi.document(super().openapi(), models=models)
+            deployments = getattr(self.state, "deployments", {})
+            self.openapi_schema = openapi.document(
+                super().openapi(),
+                models=sorted(deployments),
+                text_models=sorted(n for n, d in deployments.items() if d.backend == "vllm"),
+            )
         return self.openapi_schema
 
 

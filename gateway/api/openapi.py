@@ -215,20 +215,21 @@ def _inference(
     }
 
 
-def _paths(models: list[str]) -> dict[str, Any]:
-    model = models[0] if models else "my-model"
+def _paths(models: list[str], text_models: list[str]) -> dict[str, Any]:
+    chat_model = models[0] if models else "my-model"
+    text_model = text_models[0] if text_models else "my-model"
     return {
         "/v1/chat/completions": _inference(
             "Chat completion, routed and priced",
             "ChatCompletionRequest",
             "ChatCompletion",
-            _examples(model, {"messages": [{"role": "user", "content": "Say hello."}]}),
+            _examples(chat_model, {"messages": [{"role": "user", "content": "Say hello."}]}),
         ),
         "/v1/completions": _inference(
             "Text completion, routed and priced",
             "CompletionRequest",
             "Completion",
-            _examples(model, {"prompt": "Once upon a time"}),
+            _examples(text_model, {"prompt": "Once upon a time"}),
         ),
         "/v1/models": {
             "get": {
@@ -248,16 +249,22 @@ def _paths(models: list[str]) -> dict[str, Any]:
     }
 
 
-def _schemas(models: list[str]) -> dict[str, Any]:
+def _model(names: list[str]) -> dict[str, Any]:
     model: dict[str, Any] = {"type": "string", "minLength": 1}
-    if models:
-        model["enum"] = models  # any other name is a 404
+    if names:
+        model["enum"] = names  # any other name is a 404 (or a 400: chat only)
+    return model
+
+
+def _schemas(models: list[str], text_models: list[str]) -> dict[str, Any]:
+    messages = {"type": "array", "minItems": 1, "items": MESSAGE}
     return {
         "ChatCompletionRequest": _request(
-            ["model", "messages"],
-            {"model": model, "messages": {"type": "array", "minItems": 1, "items": MESSAGE}},
+            ["model", "messages"], {"model": _model(models), "messages": messages}
         ),
-        "CompletionRequest": _request(["model", "prompt"], {"model": model, "prompt": PROMPT}),
+        "CompletionRequest": _request(
+            ["model", "prompt"], {"model": _model(text_models), "prompt": PROMPT}
+        ),
         "Usage": USAGE,
         "ChatCompletion": COMPLETION,
         "Completion": COMPLETION,
@@ -265,13 +272,18 @@ def _schemas(models: list[str]) -> dict[str, Any]:
     }
 
 
-def document(schema: dict[str, Any], *, models: list[str]) -> dict[str, Any]:
+def document(
+    schema: dict[str, Any], *, models: list[str], text_models: list[str]
+) -> dict[str, Any]:
     """FastAPI's ``schema``, completed: inference paths, bearer auth, errors as they are sent.
+
+    ``models`` are served on /v1/chat/completions; ``text_models`` (vLLM's) on
+    /v1/completions too: models reached through litellm are chat only.
 
     FastAPI documents its validation errors as 422 ``HTTPValidationError``; errors.py
     answers them 400 in the one error shape, so that is what is documented.
     """
-    paths = {**_paths(models), **schema.get("paths", {})}
+    paths = {**_paths(models, text_models), **schema.get("paths", {})}
     for item in paths.values():
         for operation in item.values():
             operation["responses"].pop("422", None)
@@ -280,7 +292,7 @@ def document(schema: dict[str, Any], *, models: list[str]) -> dict[str, Any]:
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
     error = ErrorResponse.model_json_schema(ref_template=REF + "{model}")
-    schemas.update(error.pop("$defs"), ErrorResponse=error, **_schemas(models))
+    schemas.update(error.pop("$defs"), ErrorResponse=error, **_schemas(models, text_models))
     components["securitySchemes"] = {
         TENANT_KEY: {"type": "http", "scheme": "bearer", "description": "A tenant's API key."},
         ADMIN_TOKEN: {"type": "http", "scheme": "bearer", "description": "KVGATE_ADMIN_TOKEN."},
