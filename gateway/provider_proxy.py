@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
-from gateway.api.calls import Endpoint
+from gateway.api.calls import Endpoint, forwardable
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, error_body
 from gateway.proxy import Context
@@ -78,6 +78,9 @@ class ProviderProxy:
                 "use /v1/chat/completions",
                 param="model",
             )
+        # The vLLM path's limit, checked before litellm's own json gives up (about 1000
+        # levels, as a connection error): the same body is refused the same way on both.
+        forwardable(ctx.call.body)
         return self.deployments[ctx.deployment.name].targets
 
     def _start(self, ctx: Context, number: int, target: ProviderTarget) -> Attempt:

@@ -24,11 +24,10 @@ from starlette.responses import Response, StreamingResponse
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
-from gateway.api.calls import Call
+from gateway.api.calls import Call, forwardable
 from gateway.auth import Principal, cache_salt
 from gateway.config import Deployment
 from gateway.errors import (
-    InvalidRequest,
     KvgateError,
     UpstreamError,
     UpstreamRejected,
@@ -43,7 +42,6 @@ from gateway.usage import Usage, UsageSource, from_openai
 log = logging.getLogger("kvgate.proxy")
 MAX_ATTEMPTS = 2
 CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
-MAX_NESTING = 254  # levels of JSON nesting orjson can write
 
 
 def new_request_id() -> str:
@@ -106,13 +104,7 @@ class Proxy:
         body["cache_salt"] = salt
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        try:
-            encoded = orjson.dumps(body)
-        except orjson.JSONEncodeError:
-            # orjson reads 1024 levels of nesting but writes 254: refuse what cannot go on.
-            raise InvalidRequest(
-                f"request body is nested more than {MAX_NESTING} levels deep: cannot forward it"
-            ) from None
+        encoded = forwardable(body)
         route = self.fleets[ctx.deployment.name].route(
             call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id
         )

@@ -17,6 +17,7 @@ from gateway.errors import BodyTooLarge, InvalidRequest
 
 MAX_INTERACTION_ID = 200
 MAX_TOKENS_LIMIT = 1_000_000
+MAX_NESTING = 254  # levels of JSON nesting orjson writes (it reads 1024)
 
 
 class Endpoint(StrEnum):
@@ -50,6 +51,16 @@ def parse_body(raw: bytes, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     return body
+
+
+def forwardable(body: dict[str, Any]) -> bytes:
+    """The body as JSON for an upstream; one nested too deeply to write is a 400."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        raise InvalidRequest(
+            f"request body is nested more than {MAX_NESTING} levels deep: cannot forward it"
+        ) from None
 
 
 def _optional(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
