@@ -25,6 +25,7 @@ from gateway.db.migrate import upgrade
 from gateway.db.session import make_engine, session_factory, transaction
 from pricing.book import load_catalog
 from tests.conftest import _backends, new_database
+from tests.providers.test_gateway import start_emulator
 from tests.support.processes import (
     Proc,
     gateway_env,
@@ -35,6 +36,9 @@ from tests.support.processes import (
 )
 
 MODEL = "kvgate/demo-llama-8b"
+PROVIDER_MODEL = "claude"  # through litellm, to the provider emulator of tests/providers
+PROVIDER_KEY_ENV = "KVGATE_TEST_ANTHROPIC_KEY"
+PROVIDER_KEY = "sk-ant-provider-key-0c4d8e2a91b7"
 SECRET = "server-secret-8f3c1a9e77d04b52"
 ADMIN_TOKEN = "admin-token-5be1d0c6a2f94e18"
 MAX_BODY = 65536
@@ -51,11 +55,17 @@ class Stack:
     tenant_ids: dict[str, str]
     gateway: Proc
     sim: Proc
+    emulator: Proc
     tmp: Path
 
     def secrets(self) -> dict[str, str]:
         """Everything that must never be shown: the server secret, admin token, tenant keys."""
-        return {"secret": SECRET, "admin token": ADMIN_TOKEN, **self.keys}
+        return {
+            "secret": SECRET,
+            "admin token": ADMIN_TOKEN,
+            "provider key": PROVIDER_KEY,
+            **self.keys,
+        }
 
     def log_size(self) -> int:
         return self.gateway.log.stat().st_size
@@ -127,6 +137,7 @@ def stack(
             KVGATE_ADMIN_TOKEN=ADMIN_TOKEN,
             KVGATE_MAX_BODY_BYTES=str(MAX_BODY),
             KVGATE_LOG_LEVEL="debug",
+            **{PROVIDER_KEY_ENV: PROVIDER_KEY},
         )
         upgrade(database_url)
         engine = make_engine(database_url)
@@ -140,9 +151,22 @@ def stack(
                 "--max-model-len=4096",
             ),
         )
-        config = write_config(tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url]}])
+        emulator = start_emulator(tmp)
+        provider = {
+            "name": PROVIDER_MODEL,
+            "backend": "litellm",
+            "litellm_model": "anthropic/anthropic-cache-write",
+            "api_base": emulator.url,
+            "api_key_env": PROVIDER_KEY_ENV,
+            "price_model": MODEL,
+        }
+        config = write_config(
+            tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url]}, provider]
+        )
         gateway = start_gateway(tmp, config, env)
-        stack = Stack(gateway.url, database_url, engine, env, {}, {}, {}, gateway, sim, tmp)
+        stack = Stack(
+            gateway.url, database_url, engine, env, {}, {}, {}, gateway, sim, emulator, tmp
+        )
         try:
             for name in ("alpha", "beta"):
                 stack.tenant(name)
@@ -150,4 +174,5 @@ def stack(
         finally:
             gateway.stop()
             sim.stop()
+            emulator.stop()
             engine.dispose()

@@ -20,6 +20,7 @@ import pytest
 from tests.reliability.conftest import (
     MAX_BODY,
     MODEL,
+    PROVIDER_MODEL,
     Stack,
     call,
     error_of,
@@ -44,7 +45,8 @@ def post(stack: Stack, body: bytes, path: str = CHAT, **headers: str) -> tuple[i
 
 def chat(**fields: Any) -> bytes:
     # json, not orjson: the absurd values include integers past 64 bits.
-    return json.dumps({"model": MODEL, "messages": USER, "max_tokens": 2, **fields}).encode()
+    body = {"model": MODEL, "messages": USER, "max_tokens": 2, **fields}
+    return json.dumps(body).encode()
 
 
 def raw_http(stack: Stack, head: bytes, chunks: list[bytes]) -> tuple[int, bytes]:
@@ -91,10 +93,12 @@ def test_a_declared_length_past_the_limit_is_a_413_before_any_body_is_sent(stack
     assert error["message"] == f"request body of 1000000000 bytes exceeds the limit of {MAX_BODY}"
 
 
+@pytest.mark.parametrize("model", [MODEL, PROVIDER_MODEL])
 @pytest.mark.parametrize("depth", [300, 1000])
-def test_nesting_the_gateway_cannot_forward_is_a_400(stack: Stack, depth: int) -> None:
-    """orjson reads 1024 levels but writes 254: deeper passthrough fields cannot go on."""
-    body = chat()[:-1] + b', "extra": ' + b"[" * depth + b"]" * depth + b"}"
+def test_nesting_the_gateway_cannot_forward_is_a_400(stack: Stack, depth: int, model: str) -> None:
+    """orjson reads 1024 levels but writes 254 (and litellm's json about 1000): deeper
+    passthrough fields cannot go on, whichever the upstream."""
+    body = chat(model=model)[:-1] + b', "extra": ' + b"[" * depth + b"]" * depth + b"}"
     with nothing_secret_logged(stack):
         status, reply = post(stack, body)
     error = error_of(reply)
@@ -104,11 +108,12 @@ def test_nesting_the_gateway_cannot_forward_is_a_400(stack: Stack, depth: int) -
     )
 
 
-def test_nesting_the_gateway_can_forward_is_served(stack: Stack) -> None:
-    body = chat()[:-1] + b', "extra": ' + b"[" * 200 + b"]" * 200 + b"}"
+@pytest.mark.parametrize("model", [MODEL, PROVIDER_MODEL])
+def test_nesting_the_gateway_can_forward_is_served(stack: Stack, model: str) -> None:
+    body = chat(model=model)[:-1] + b', "extra": ' + b"[" * 200 + b"]" * 200 + b"}"
     status, reply = post(stack, body)
     assert status == 200, reply
-    assert json.loads(reply)["usage"]["completion_tokens"] == 2
+    assert json.loads(reply)["usage"]["completion_tokens"] > 0
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,9 @@ def test_the_schema_documents_every_endpoint(stack: Stack) -> None:
     assert error["required"] == ["message", "type", "param", "code"]
     # Once started, the gateway names the models it serves.
     chat = document["components"]["schemas"]["ChatCompletionRequest"]
-    assert chat["properties"]["model"]["enum"] == ["kvgate/demo-llama-8b"]
+    assert chat["properties"]["model"]["enum"] == ["claude", "kvgate/demo-llama-8b"]
+    text = document["components"]["schemas"]["CompletionRequest"]
+    assert text["properties"]["model"]["enum"] == ["kvgate/demo-llama-8b"]  # litellm: chat only
 
 
 def test_every_operation_documented_as_secured_refuses_a_request_without_a_key(
