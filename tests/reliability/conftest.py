@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,12 +27,13 @@ from gateway.db.migrate import upgrade
 from gateway.db.session import make_engine, session_factory, transaction
 from pricing.book import load_catalog
 from tests.conftest import _backends, new_database
-from tests.providers.test_gateway import start_emulator
 from tests.support.processes import (
     Proc,
+    free_port,
     gateway_env,
     start_gateway,
     start_sim,
+    wait_http,
     wait_recorded,
     write_config,
 )
@@ -99,6 +102,17 @@ def call(
             return reply.status, dict(reply.headers), reply.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
+
+
+def start_emulator(tmp: Path) -> Proc:
+    """tests/providers' emulator of hosted providers, in its own process."""
+    port = free_port()
+    log = tmp / "emulator.log"
+    command = [sys.executable, "-m", "tests.providers.emulator", "--port", str(port)]
+    process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", process=process)
+    return Proc(process, url, log)
 
 
 @contextlib.contextmanager
