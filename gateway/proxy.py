@@ -189,7 +189,9 @@ class Proxy:
                     self.session, url, body, timeout=self._timeout(ctx.deployment)
                 )
             except UpstreamConnectError as exc:
-                fleet.mark_down(attempt.replica)
+                # Out until a health check passes: a cool-down alone would send requests to
+                # a dead replica again each time it ran out.
+                fleet.mark_down(attempt.replica, until_healthy=True)
                 await self._fail(ctx, attempt, exc)
                 if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
                     raise UpstreamUnavailable(exc.message) from exc
@@ -235,7 +237,7 @@ class Proxy:
                 status = await upstream.open()
             except UpstreamConnectError as exc:
                 self._end(ctx, attempt)
-                fleet.mark_down(attempt.replica)
+                fleet.mark_down(attempt.replica, until_healthy=True)
                 await self._fail(ctx, attempt, exc)
                 if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
                     raise UpstreamUnavailable(exc.message) from exc
