@@ -141,7 +141,9 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.recorder_backlog.set(recorder.backlog)
             metrics.journal_bytes.set(recorder.journal.size_bytes)
             metrics.journal_sync_lag.set(recorder.journal.take_sync_lag())
-            metrics.database_up.set(1 if recorder.stats.db_healthy else 0)
+            stats = recorder.stats
+            metrics.database_up.set(1 if stats.db_healthy else 0)
+            metrics.records_rejected.set(stats.rejected)
             for name, fleet in proxy.fleets.items():
                 now = time.monotonic()
                 for replica in fleet.replicas:

@@ -66,6 +66,11 @@ class Metrics:
             " (what a machine crash could lose; journal_sync=background)",
             registry=r,
         )
+        self.records_rejected = Gauge(
+            "kvgate_records_rejected",
+            "Records the database refused for their data, set aside in <journal>/rejected/",
+            registry=r,
+        )
         self.database_up = Gauge(
             "kvgate_database_up", "1 when the recorder last reached the database", registry=r
         )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from gateway.accounting.journal import read_batch, segments
 from gateway.accounting.records import Record
@@ -30,8 +30,14 @@ from gateway.accounting.records import Record
 log = logging.getLogger("kvgate.recorder")
 
 # Indices of the counters array; READY is 1 once the first pass over the journal is done.
-WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN, READY = range(5)
-COUNTERS = 5
+WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN, READY, REJECTED = range(6)
+COUNTERS = 6
+# Records the database refuses for their data, kept for an operator (see Drainer._set_aside).
+REJECTED_DIR = "rejected"
+# How a database refuses one record's own data (not being down): out-of-range or
+# over-long values and bytes it cannot store (DataError), constraints (IntegrityError), and
+# integers past 64 bits, which sqlite3 refuses before SQLAlchemy sees them (OverflowError).
+REFUSED = (DataError, IntegrityError, OverflowError)
 
 
 class EventLike(Protocol):
@@ -162,8 +168,39 @@ class Drainer:
                 records.append(Record.from_json(line))
             except (ValueError, KeyError, TypeError):
                 log.error("unreadable journal line skipped: %.200r", line)
-        insert_records(self.engine, records)
+        try:
+            insert_records(self.engine, records)
+        except REFUSED:
+            self._write_each(records)
         self.counters[WRITTEN] += len(lines)
+
+    def _write_each(self, records: list[Record]) -> None:
+        """A batch refused for its data (not for the database being down): one record at a
+        time, and the ones still refused set aside, so one bad record neither blocks the
+        journal forever nor is lost."""
+        from gateway.accounting.recorder import insert_records
+
+        for record in records:
+            try:
+                insert_records(self.engine, [record])
+            except REFUSED as exc:
+                self._set_aside(record, exc)
+
+    def _set_aside(self, record: Record, exc: Exception) -> None:
+        folder = self.directory / REJECTED_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{self.own_prefix}rejected.jsonl", "ab") as handle:
+            handle.write(record.to_json() + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.counters[REJECTED] += 1
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        log.error(
+            "record %s refused by the database (%s); kept in %s/ for an operator",
+            record.request_id,
+            reason,
+            folder,
+        )
 
 
 def _wait(wake: EventLike, stopping: EventLike, timeout_s: float, poll_s: float | None) -> None:

@@ -113,6 +113,7 @@ class RecorderStats:
     journal_errors: int
     db_healthy: bool
     writer_ready: bool
+    rejected: int
 
 
 class Recorder:
@@ -196,6 +197,7 @@ class Recorder:
             journal_errors=self._journal_errors,
             db_healthy=not counters[drainer.DB_DOWN],
             writer_ready=bool(counters[drainer.READY]),
+            rejected=counters[drainer.REJECTED],
         )
 
     @property

@@ -19,6 +19,8 @@ def healthz(request: Request) -> dict[str, object]:
         # The database writer has started and made its first pass over the journal.
         "recorder_ready": state.recorder.stats.writer_ready,
         "recorder_backlog": state.recorder.backlog,
+        # Records the database refused for their data, set aside under <journal>/rejected/.
+        "records_rejected": state.recorder.stats.rejected,
         "models": sorted(state.deployments),
     }
 

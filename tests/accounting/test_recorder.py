@@ -11,6 +11,7 @@ from gateway.accounting.recorder import Recorder, insert_records, wait_until
 from gateway.db.migrate import upgrade
 from gateway.db.models import RequestRow
 from gateway.db.session import make_engine
+from gateway.usage import Usage
 from tests.test_records import make_record
 
 
@@ -37,7 +38,6 @@ async def test_concurrent_records_share_journal_writes(tmp_path: Path) -> None:
     lines = journal.path.read_bytes().splitlines()
     assert sorted(lines) == sorted(b'{"n": %d}' % n for n in range(200))
     assert writes < 20  # grouped, not one write per record
-
 
 
 async def test_background_mode_returns_after_the_write_and_flushes_right_after(
@@ -89,6 +89,7 @@ async def test_a_failed_background_flush_refuses_the_next_append(tmp_path: Path)
         raise AssertionError("the failed flush never reached append")
     journal._sync_now = lambda: None  # type: ignore[method-assign]
     journal.close()
+
 
 async def test_records_reach_the_database_and_the_journal_is_emptied(
     database_url: str, tmp_path: Path
@@ -192,8 +193,11 @@ async def test_a_writer_process_drains_the_journal_and_stops_with_the_recorder(
     )
     recorder.start()
     await asyncio.gather(*(recorder.record(make_record(f"req_{n}")) for n in range(40)))
-    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 40, 20)
-    assert recorder.stats.written == 40 and recorder.backlog == 0
+    # The writer counts a batch once its transaction has committed: wait for both.
+    assert await asyncio.to_thread(
+        wait_until, lambda: count_rows(engine) == 40 and recorder.stats.written == 40, 20
+    )
+    assert recorder.backlog == 0
     await recorder.record(make_record("req_last"))
     await recorder.stop()
     assert not recorder._worker.is_alive()  # type: ignore[union-attr]
@@ -249,4 +253,32 @@ async def test_a_writer_process_stops_on_repeated_sigterm(
     await asyncio.to_thread(worker.join, 10)
     assert not worker.is_alive()
     recorder.journal.close()
+    engine.dispose()
+
+
+async def test_a_record_the_database_refuses_is_set_aside_and_the_rest_still_written(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A token count no integer column holds (Postgres: DataError; SQLite: OverflowError)
+    must not stop the writer: the batch's other records are written, the refused one is kept
+    in <journal>/rejected/ and counted, and the database is not reported down."""
+    engine = make_engine(database_url)
+    recorder = Recorder(engine=engine, journal_dir=tmp_path, flush_interval_s=0.02)
+    recorder.start()
+    huge = make_record("req_huge", usage=Usage(2**63, 0, 0, 1))
+    await asyncio.gather(
+        recorder.record(make_record("req_before")),
+        recorder.record(huge),
+        recorder.record(make_record("req_after")),
+    )
+    assert await asyncio.to_thread(wait_until, lambda: recorder.stats.rejected == 1, 10)
+    await recorder.record(make_record("req_later"))
+    assert await asyncio.to_thread(wait_until, lambda: count_rows(engine) == 3, 10)
+    await recorder.stop()
+    assert recorder.stats.db_healthy and recorder.backlog == 0
+    [kept] = (tmp_path / "rejected").glob("*.jsonl")
+    assert kept.read_bytes() == huge.to_json() + b"\n"
+    with engine.connect() as connection:
+        ids = set(connection.scalars(select(RequestRow.request_id)))
+    assert ids == {"req_before", "req_after", "req_later"}
     engine.dispose()
