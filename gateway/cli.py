@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -36,7 +36,18 @@ ConfigOption = Annotated[
 
 def settings(config: Path | None = None) -> Settings:
     """Settings from the environment (KVGATE_*), with the CLI's config file on top."""
-    loaded = Settings()
+    from pydantic import ValidationError
+
+    try:
+        loaded = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"KVGATE_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            if e["loc"]
+            else e["msg"].removeprefix("Value error, ")
+            for e in exc.errors(include_input=False)
+        )
+        fail(f"invalid settings: {problems}")
     return loaded.model_copy(update={"config": config}) if config is not None else loaded
 
 
@@ -46,7 +57,7 @@ def _sessions(s: Settings):  # type: ignore[no-untyped-def]
     return session_factory(make_engine(s.database_url))
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
 
