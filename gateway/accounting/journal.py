@@ -96,7 +96,8 @@ class Journal:
     async def append(self, line: bytes) -> None:
         """Add one line; returns once its group is written (and synced, in ``always`` mode)."""
         if self._syncer is not None and self._syncer.failure is not None:
-            raise self._syncer.failure
+            # Refused until a flush succeeds again (the recorder's probe keeps trying).
+            await asyncio.to_thread(self._syncer.retry)
         self._buffer.append(line + b"\n")
         if self._group is None:
             self._group = asyncio.get_running_loop().create_future()
@@ -178,8 +179,9 @@ class _Syncer:
     """The background mode's flusher: a thread that fdatasyncs as soon as groups are written.
 
     Each flush covers every group written before it began, so under load one flush serves
-    many groups, and an idle journal costs nothing. A failed flush poisons the journal: the
-    next ``append`` raises, so the gateway stops serving what it may not be able to keep.
+    many groups, and an idle journal costs nothing. A failed flush stops the journal: each
+    ``append`` flushes again first and raises while that fails, so the gateway refuses what
+    it may not be able to keep, and resumes once the disk takes a flush again.
     """
 
     def __init__(self, journal: Journal) -> None:
@@ -199,6 +201,15 @@ class _Syncer:
         if self._oldest_unsynced is None:
             self._oldest_unsynced = time.monotonic()
         self._pending.set()
+
+    def retry(self) -> None:
+        """Flush once more after a failure: clears it, or raises it again."""
+        try:
+            self._journal._sync_now()
+        except OSError as exc:
+            self.failure = JournalError(exc.errno, f"journal flush failed: {exc}")
+            raise self.failure from exc
+        self.failure = None
 
     def take_lag(self) -> float:
         lag, self._max_lag = self._max_lag, 0.0

@@ -4,6 +4,7 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from gateway.accounting.journal import Journal, JournalError, SyncMode, segments
@@ -69,7 +70,9 @@ async def test_background_mode_returns_after_the_write_and_flushes_right_after(
     journal.close()
 
 
-async def test_a_failed_background_flush_refuses_the_next_append(tmp_path: Path) -> None:
+async def test_a_failed_background_flush_refuses_appends_until_a_flush_succeeds(
+    tmp_path: Path,
+) -> None:
     journal = Journal(tmp_path, sync=SyncMode.BACKGROUND)
     journal.open()
 
@@ -87,8 +90,15 @@ async def test_a_failed_background_flush_refuses_the_next_append(tmp_path: Path)
         await asyncio.sleep(0.005)
     else:
         raise AssertionError("the failed flush never reached append")
-    journal._sync_now = lambda: None  # type: ignore[method-assign]
+    with pytest.raises(JournalError):  # still full: still refused
+        await journal.append(b'{"n": 3}')
+    del journal._sync_now  # the disk takes flushes again
+    await journal.append(b'{"n": 4}')
     journal.close()
+    assert journal.path is not None
+    lines = journal.path.read_bytes().splitlines()
+    # Appends made before the failure was seen were written; the refused one was not.
+    assert lines[0] == b'{"n": 1}' and lines[-1] == b'{"n": 4}' and b'{"n": 3}' not in lines
 
 
 async def test_records_reach_the_database_and_the_journal_is_emptied(
