@@ -115,11 +115,37 @@ class Proxy:
             total=deployment.timeout_s, sock_connect=deployment.connect_timeout_s
         )
 
-    def _start(self, ctx: Context, route: Route, number: int, tried: set[str]) -> Attempt:
-        placement = self.fleets[ctx.deployment.name].place(route, exclude=frozenset(tried))
-        tried.add(placement.replica.url)
+    async def _start(self, ctx: Context, route: Route, number: int, tried: set[str]) -> Attempt:
         request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"
+        try:
+            placement = self.fleets[ctx.deployment.name].place(route, exclude=frozenset(tried))
+        except UpstreamUnavailable as exc:
+            # No replica to try (all down): the refusal is still a failed attempt on record.
+            await self._keep_unplaced(ctx, request_id, number, exc)
+            raise
+        tried.add(placement.replica.url)
         return Attempt(request_id=request_id, number=number, route=route, placement=placement)
+
+    async def _keep_unplaced(
+        self, ctx: Context, request_id: str, number: int, error: KvgateError
+    ) -> None:
+        await self.ledger.keep(
+            self.ledger.record(
+                request_id=request_id,
+                attempt=number,
+                principal=ctx.principal,
+                interaction_id=ctx.interaction_id,
+                deployment=ctx.deployment.name,
+                bills_as=ctx.deployment.bills_as,
+                upstream="",
+                policy=ctx.deployment.policy,
+                stream=ctx.call.stream,
+                started_at=now(),
+                status=Status.FAILED,
+                usage=Usage.missing(),
+                error=error.message,
+            )
+        )
 
     def _end(self, ctx: Context, attempt: Attempt) -> None:
         self.fleets[ctx.deployment.name].finish(attempt.placement)
@@ -182,7 +208,7 @@ class Proxy:
         (body, route), tried = self.prepare(ctx), set[str]()
         fleet = self.fleets[ctx.deployment.name]
         for number in range(1, MAX_ATTEMPTS + 1):
-            attempt = self._start(ctx, route, number, tried)
+            attempt = await self._start(ctx, route, number, tried)
             url = attempt.replica.url + ctx.call.endpoint.value
             try:
                 reply = await post_json(
@@ -230,7 +256,7 @@ class Proxy:
         (body, route), tried = self.prepare(ctx), set[str]()
         fleet = self.fleets[ctx.deployment.name]
         for number in range(1, MAX_ATTEMPTS + 1):
-            attempt = self._start(ctx, route, number, tried)
+            attempt = await self._start(ctx, route, number, tried)
             url = attempt.replica.url + ctx.call.endpoint.value
             upstream = UpstreamStream(self.session, url, body, self._timeout(ctx.deployment))
             try:
