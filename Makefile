@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test test-deps lint clean vllm-venv tiny-model vllm-demo test-vllm
+.PHONY: install demo test test-deps lint clean vllm-venv tiny-model vllm-demo test-vllm \
+	litellm-venv bench-deps bench-sidebyside
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,3 +87,41 @@ lint: install
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var kvgate.db* test-artifacts
+
+# The side-by-side benchmark (benchmarks/sidebyside.py): Debian's wrk and nginx, and the
+# LiteLLM proxy in its own virtualenv, at the litellm release pyproject.toml pins. Not
+# part of `make test`. Where the registry lacks the `litellm-proxy` package that
+# litellm[proxy] names (the proxy's code ships inside litellm itself), the extra's other
+# requirements are installed by name.
+LITELLM_VENV := .venv-litellm
+LITELLM_STAMP := $(LITELLM_VENV)/.installed
+LITELLM_VERSION := 1.110.2
+LITELLM_PROXY_DEPS := 'gunicorn>=23.0.0,<24.0' 'uvicorn>=0.33.0,<1.0' 'granian>=2.7.4,<3.0' \
+  'uvloop>=0.22.1,<1.0' 'fastapi>=0.136.3,<1.0' 'starlette>=1.0.1,<2.0' 'backoff>=2.2.1,<3.0' \
+  'pyyaml>=6.0.3,<7.0' 'rq>=2.7.0,<3.0' 'orjson>=3.11.6,<4.0' 'hiredis>=3.0.0,<4.0' \
+  'apscheduler>=3.11.2,<4.0' 'fastapi-sso>=0.19.0,<1.0' 'pyjwt>=2.13.0,<3.0' \
+  'python-multipart>=0.0.27,<1.0' 'cryptography>=49.0.0,<51.0' 'pynacl>=1.6.2,<2.0' \
+  'websockets>=15.0.1,<16.0' 'boto3>=1.43.117,<2.0' 'azure-identity>=1.25.2,<2.0' \
+  'azure-storage-blob>=12.28.0,<13.0' 'mcp>=2.3.0,<3' 'httpx2>=2.10.0,<3' 'pydantic>=2.12.0,<3' \
+  litellm-proxy-extras litellm-enterprise 'restrictedpython>=8.5,<9.0' 'rich>=13.9.4,<14.0' \
+  'inquirerpy>=0.3.4,<1.0' 'tomlkit>=0.13.3,<1.0' 'polars>=1.38.1,<2.0' \
+  'soundfile>=0.12.1,<1.0' 'pyroscope-io>=0.8.16,<1.0' 'expression>=5.6.0,<6.0' \
+  'backports-zstd>=1.0.0,<2.0' 'semver>=3.0.4,<4'
+
+$(LITELLM_STAMP):
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)' || \
+	  $(LITELLM_VENV)/bin/pip install --quiet 'litellm==$(LITELLM_VERSION)' $(LITELLM_PROXY_DEPS)
+	touch $(LITELLM_STAMP)
+
+litellm-venv: $(LITELLM_STAMP)
+
+bench-deps: litellm-venv
+	@command -v wrk >/dev/null 2>&1 && command -v nginx >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk nginx >/dev/null; }
+
+# kvgate beside the LiteLLM proxy and direct, on a quiet machine (about 6 minutes).
+bench-sidebyside: install bench-deps
+	$(BIN)/python benchmarks/sidebyside.py $(BENCH_ARGS)
