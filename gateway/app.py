@@ -123,11 +123,7 @@ def create_app(settings: Settings) -> FastAPI:
         state.proxy = proxy = Proxy(
             secret=settings.secret,
             session=state.http,
-            fleets={
-                name: Fleet(d, cooldown_s=settings.replica_cooldown_s)
-                for name, d in state.deployments.items()
-                if d.backend == "vllm"
-            },
+            fleets={name: Fleet(d) for name, d in state.deployments.items() if d.backend == "vllm"},
             ledger=ledger,
         )
 

@@ -237,7 +237,6 @@ class Settings(BaseSettings):
     health_interval_s: float = Field(default=5.0, gt=0)
     # How often each replica's /metrics is read (load, and its KV block size and hashing).
     load_interval_s: float = Field(default=1.0, gt=0)
-    replica_cooldown_s: float = Field(default=5.0, gt=0)
     log_level: str = "info"
     # Asked for by the dashboard when set; unset (the demo) means no password.
     dashboard_password: str | None = Field(default=None, repr=False)

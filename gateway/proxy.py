@@ -215,9 +215,7 @@ class Proxy:
                     self.session, url, body, timeout=self._timeout(ctx.deployment)
                 )
             except UpstreamConnectError as exc:
-                # Out until a health check passes: a cool-down alone would send requests to
-                # a dead replica again each time it ran out.
-                fleet.mark_down(attempt.replica, until_healthy=True)
+                fleet.mark_down(attempt.replica)
                 await self._fail(ctx, attempt, exc)
                 if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
                     raise UpstreamUnavailable(exc.message) from exc
@@ -263,7 +261,7 @@ class Proxy:
                 status = await upstream.open()
             except UpstreamConnectError as exc:
                 self._end(ctx, attempt)
-                fleet.mark_down(attempt.replica, until_healthy=True)
+                fleet.mark_down(attempt.replica)
                 await self._fail(ctx, attempt, exc)
                 if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
                     raise UpstreamUnavailable(exc.message) from exc

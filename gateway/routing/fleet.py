@@ -95,11 +95,8 @@ def _key(text: str) -> int:
 class Fleet:
     """The replicas behind one model name."""
 
-    def __init__(
-        self, deployment: Deployment, *, cooldown_s: float = 5.0, ceiling: HitCeiling | None = None
-    ) -> None:
+    def __init__(self, deployment: Deployment, *, ceiling: HitCeiling | None = None) -> None:
         self.deployment = deployment
-        self.cooldown_s = cooldown_s
         self.replicas = [Replica(url) for url in deployment.replica_urls]
         self.policy = deployment.policy
         self.tunables = Tunables(**deployment.tunables)  # type: ignore[arg-type]  # validated in config
@@ -226,13 +223,13 @@ class Fleet:
         now = time.monotonic()
         return any(r.url not in tried and r.available(now) for r in self.replicas)
 
-    def mark_down(self, replica: Replica, *, until_healthy: bool = False) -> None:
-        """Out of rotation until the cool-down ends, or (``until_healthy``) until a health
-        check passes."""
+    def mark_down(self, replica: Replica) -> None:
+        """Out of rotation until a health check passes (a cool-down alone would send requests
+        to a dead replica again each time it ran out)."""
         if replica.available(time.monotonic()):
             log.warning("replica %s of %s taken out", replica.url, self.deployment.name)
         replica.failures += 1
-        replica.down_until = math.inf if until_healthy else time.monotonic() + self.cooldown_s
+        replica.down_until = math.inf
         # A replica that went away may come back empty: its blocks are not to be trusted.
         self.index.forget(replica.url)
 
@@ -255,6 +252,6 @@ class Fleet:
             if healthy:
                 self.mark_up(replica)
             else:
-                self.mark_down(replica, until_healthy=True)
+                self.mark_down(replica)
 
         await asyncio.gather(*(check(r) for r in self.replicas))

@@ -49,7 +49,6 @@ def test_a_killed_replica_fails_its_streams_cleanly_and_is_routed_around(
         deployment={"connect_timeout_s": 1},
         # A cool-down shorter than the health checks' interval (5 s): a replica that is
         # out must stay out until a health check passes, not come back when it ends.
-        KVGATE_REPLICA_COOLDOWN_S="1",
     )
     victim = stack.sims[0]
     try:
