@@ -133,8 +133,12 @@ def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None
     try:
         wait_http(url + "/healthz", process=process)
         wait_ready_to_record(url)
-    except Exception:
+    except BaseException:
         print(log.read_text(errors="replace"))
+        # Never leave a gateway that did not start (nor its writer) running after the test.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
         raise
     return Proc(process, url, log)
 
