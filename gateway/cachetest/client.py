@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.replay.live import parse_usage
+from gateway.replay.live import parse_usage, read_stream
 from gateway.routing.load import CacheConfig, read_load
 
 
@@ -104,7 +104,6 @@ class Endpoint:
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         started = time.perf_counter()
         ttft: float | None = None
-        usage: dict[str, Any] | None = None
         try:
             async with self.session.post(
                 self.target + "/v1/chat/completions", data=orjson.dumps(body), headers=headers
@@ -114,18 +113,7 @@ class Endpoint:
                     return Outcome(
                         response.status, 0, 0, 0, None, time.perf_counter() - started, detail
                     )
-                async for raw in response.content:
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        break
-                    chunk = orjson.loads(payload)
-                    if ttft is None and _has_output(chunk):
-                        ttft = time.perf_counter() - started
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
+                ttft, usage = await read_stream(response, started)
         except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as error:
             latency = time.perf_counter() - started
             return Outcome(0, 0, 0, 0, ttft, latency, f"{type(error).__name__}: {error}")
@@ -154,18 +142,3 @@ class Endpoint:
         if not isinstance(document, dict) or document.get("object") != "billing.statement":
             return None
         return document
-
-
-def _has_output(chunk: dict[str, Any]) -> bool:
-    choices = chunk.get("choices")
-    if not isinstance(choices, list):
-        return False
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content")):
-            return True
-        if choice.get("finish_reason"):
-            return True
-    return False

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
+from typing import Any
 
 import aiohttp
 import orjson
@@ -164,27 +165,14 @@ async def _send(
     session: aiohttp.ClientSession, url: str, body: dict[str, object], arrival: float
 ) -> LiveOutcome:
     started = time.perf_counter()
-    ttft: float | None = None
-    usage: dict[str, object] | None = None
     try:
         async with session.post(url, data=orjson.dumps(body)) as response:
             if response.status != 200:
                 text = (await response.text())[:200]
                 return LiveOutcome(arrival, response.status, 0, 0, None, text)
-            async for raw in response.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                chunk = orjson.loads(payload)
-                if ttft is None and _has_content(chunk):
-                    ttft = time.perf_counter() - started
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
+            ttft, usage = await read_stream(response, started)
     except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as error:
-        return LiveOutcome(arrival, 0, 0, 0, ttft, f"{type(error).__name__}: {error}")
+        return LiveOutcome(arrival, 0, 0, 0, None, f"{type(error).__name__}: {error}")
     if usage is None:
         return LiveOutcome(arrival, 200, 0, 0, ttft, "no usage in the stream")
     prompt, cached = parse_usage(usage)
@@ -215,15 +203,41 @@ def parse_usage(usage: dict[str, object]) -> tuple[int, int]:
     )
 
 
-def _has_content(chunk: dict[str, object]) -> bool:
+async def read_stream(
+    response: aiohttp.ClientResponse, started: float
+) -> tuple[float | None, dict[str, Any] | None]:
+    """Read an OpenAI stream to its end: seconds from ``started`` (perf_counter) to the first
+    generated token, and the usage chunk's usage (None when the stream had none)."""
+    ttft: float | None = None
+    usage: dict[str, Any] | None = None
+    async for raw in response.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            break
+        chunk = orjson.loads(payload)
+        if ttft is None and _has_output(chunk):
+            ttft = time.perf_counter() - started
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+    return ttft, usage
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    """A chunk that carries generated text (or reasoning), or ends a choice."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         return False
     for choice in choices:
-        if isinstance(choice, dict):
-            delta = choice.get("delta")
-            if isinstance(delta, dict) and delta.get("content"):
-                return True
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content")):
+            return True
+        if choice.get("finish_reason"):
+            return True
     return False
 
 
