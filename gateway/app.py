@@ -45,6 +45,11 @@ class Gateway(FastAPI):
             return
         request_id = new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
+        endpoint = inference.ENDPOINTS.get(scope["path"])
+        if endpoint is not None:
+            scope["app"] = self
+            await inference.serve(endpoint, scope, receive, send, request_id)
+            return
         header = (b"x-request-id", request_id.encode())
 
         async def send_with_id(message: Message) -> None:
@@ -52,12 +57,7 @@ class Gateway(FastAPI):
                 message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
-        endpoint = inference.ENDPOINTS.get(scope["path"])
-        if endpoint is None:
-            await super().__call__(scope, receive, send_with_id)
-            return
-        scope["app"] = self
-        await inference.serve(endpoint, scope, receive, send_with_id)
+        await super().__call__(scope, receive, send_with_id)
 
     def openapi(self) -> dict[str, Any]:
         """FastAPI's schema, with the inference paths (which it never routes) documented;
@@ -109,6 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
             engine=engine,
             journal_dir=settings.journal_dir,
             sync=settings.journal_sync,
+            sync_interval_s=settings.journal_sync_interval_ms / 1000,
             batch_size=settings.recorder_batch_size,
             flush_interval_s=settings.recorder_flush_interval_s,
             refuse_when_unrecordable=settings.refuse_when_unrecordable,

@@ -224,6 +224,9 @@ class Settings(BaseSettings):
     # always | background | never (see gateway/accounting/journal.py); true/false read as
     # always/never, as in earlier releases.
     journal_sync: SyncMode = SyncMode.BACKGROUND
+    # background mode: the longest a written record waits for its flush (a machine crash
+    # can lose the records of this last window; a gateway crash loses none).
+    journal_sync_interval_ms: float = Field(default=10.0, gt=0, le=1000)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     recorder_batch_size: int = Field(default=500, ge=1)
     # Write to the database from a child process, keeping that work off the event loop's

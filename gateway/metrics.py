@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -13,6 +14,9 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 class Metrics:
     def __init__(self) -> None:
+        # The labelled children each (model, upstream) counts into, looked up once: a
+        # ``labels()`` call per counter per request was most of ``observe``'s time.
+        self._series: dict[tuple[str, str], _Series] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -101,34 +105,62 @@ class Metrics:
 
     def observe(self, record: Record) -> None:
         """Count one finished attempt."""
-        model, usage = record.model, record.usage
-        self.requests.labels(model, record.upstream, record.status.value).inc()
-        for token_class, count in (
-            ("uncached", usage.uncached_tokens),
-            ("cache_read", usage.cache_read_tokens),
-            ("cache_write", usage.cache_write_tokens),
-            ("output", usage.output_tokens),
-        ):
-            if count:
-                self.tokens.labels(model, token_class).inc(count)
+        series = self._series.get((record.model, record.upstream))
+        if series is None:
+            series = self._series[(record.model, record.upstream)] = _Series(
+                self, record.model, record.upstream
+            )
+        usage = record.usage
+        series.requests(record.status.value).inc()
+        if usage.uncached_tokens:
+            series.uncached.inc(usage.uncached_tokens)
+        if usage.cache_read_tokens:
+            series.cache_read.inc(usage.cache_read_tokens)
+        if usage.cache_write_tokens:
+            series.cache_write.inc(usage.cache_write_tokens)
+        if usage.output_tokens:
+            series.output.inc(usage.output_tokens)
         if record.priced:
-            self.cost.labels(model).inc(float(record.cost.total))
+            series.cost.inc(float(record.cost.total))
             # A request that writes the cache can cost more than no cache at all (writes are
             # priced above input); counters only grow, so that premium is counted apart.
             saved = float(record.cost.saved)
             if saved >= 0:
-                self.saved.labels(model).inc(saved)
+                series.saved.inc(saved)
             else:
-                self.cache_premium.labels(model).inc(-saved)
+                series.cache_premium.inc(-saved)
         else:
-            self.unpriced.labels(model).inc()
+            series.unpriced.inc()
         if record.first_token_at is not None:
-            self.ttft.labels(model).observe(
-                (record.first_token_at - record.started_at).total_seconds()
-            )
-        self.latency.labels(model, record.upstream).observe(
-            (record.ended_at - record.started_at).total_seconds()
-        )
+            series.ttft.observe((record.first_token_at - record.started_at).total_seconds())
+        series.latency.observe((record.ended_at - record.started_at).total_seconds())
 
     def collect_gauges(self, update: Callable[[Metrics], None]) -> None:
         update(self)
+
+
+class _Series:
+    """One (model, upstream)'s children of the request metrics."""
+
+    def __init__(self, metrics: Metrics, model: str, upstream: str) -> None:
+        self._requests = metrics.requests
+        self._by_status: dict[str, Any] = {}
+        self.model, self.upstream = model, upstream
+        self.uncached = metrics.tokens.labels(model, "uncached")
+        self.cache_read = metrics.tokens.labels(model, "cache_read")
+        self.cache_write = metrics.tokens.labels(model, "cache_write")
+        self.output = metrics.tokens.labels(model, "output")
+        self.cost = metrics.cost.labels(model)
+        self.saved = metrics.saved.labels(model)
+        self.cache_premium = metrics.cache_premium.labels(model)
+        self.unpriced = metrics.unpriced.labels(model)
+        self.ttft = metrics.ttft.labels(model)
+        self.latency = metrics.latency.labels(model, upstream)
+
+    def requests(self, status: str) -> Any:
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self._requests.labels(
+                self.model, self.upstream, status
+            )
+        return child

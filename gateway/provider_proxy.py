@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
 from gateway.api.calls import Endpoint, forwardable
+from gateway.api.streaming import EventStream
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, error_body
 from gateway.proxy import Context
@@ -172,16 +173,12 @@ class ProviderProxy:
             except ProviderFailure as exc:
                 await self._fail(ctx, attempt, exc, last=number == len(targets))
                 continue
-            return StreamingResponse(
-                self._relay(ctx, attempt, stream),
-                media_type="text/event-stream",
-                headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-            )
+            return EventStream(self._relay(ctx, attempt, stream))
         raise AssertionError("unreachable: the last failure raises")
 
     async def _relay(
         self, ctx: Context, attempt: Attempt, stream: ProviderStream
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         error: ProviderFailure | None = None
         try:
             async for event in stream.events():

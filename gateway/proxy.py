@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
 from gateway.api.calls import Call, forwardable
+from gateway.api.streaming import EventStream
 from gateway.auth import Principal, cache_salt
 from gateway.config import Deployment
 from gateway.errors import (
@@ -275,16 +276,12 @@ class Proxy:
                 await upstream.close()
                 self._end(ctx, attempt)
                 return await self._finish(ctx, attempt, status, raw)
-            return StreamingResponse(
-                self._relay(ctx, attempt, upstream),
-                media_type="text/event-stream",
-                headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-            )
+            return EventStream(self._relay(ctx, attempt, upstream))
         raise AssertionError("unreachable")
 
     async def _relay(
         self, ctx: Context, attempt: Attempt, upstream: UpstreamStream
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         state, splitter = sse.StreamState(), sse.EventSplitter()
         fleet = self.fleets[ctx.deployment.name]
         first_token_at: datetime | None = None

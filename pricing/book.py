@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -80,11 +80,13 @@ class Price:
     long_context: LongContext | None = None
     # (tier name, rates), sorted by name: a tuple keeps the entry hashable and comparable.
     tiers: tuple[tuple[str, Rates], ...] = ()
+    # Stable identity: the same model and moment are the same entry everywhere. Derived,
+    # and kept (every priced request names it; formatting the moment each time was the
+    # top line of the request path's profile).
+    id: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def id(self) -> str:
-        """Stable identity: the same model and moment are the same entry everywhere."""
-        return price_id(self.model, self.effective_from)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", price_id(self.model, self.effective_from))
 
     @property
     def base(self) -> Rates:

@@ -2,21 +2,23 @@
 
 Each gateway process appends to its own segment files, ``<dir>/<pid>-<token>-<n>.jsonl``
 (the random token keeps names apart when PIDs repeat, as PID 1 does in containers), and
-holds an exclusive ``flock`` on the segment it writes. Records that arrive while a write is
-in progress form the next group: one ``write`` per group, however many requests are waiting
-on it. A segment whose lock can be taken belongs to no live process: its records are
-replayed into the database.
+holds an exclusive ``flock`` on the segment it writes. A segment whose lock can be taken
+belongs to no live process: its records are replayed into the database.
 
 Durability, by ``sync`` mode (``KVGATE_JOURNAL_SYNC``):
 
-- ``background`` (the default): ``append`` returns once the group is written to the file,
-  so a record survives any crash of the gateway process (SIGKILL, OOM kill); a thread
-  ``fdatasync``s each written group at once, so a machine crash can lose only the groups
-  of the sync in flight (well under a millisecond of requests here; ``sync_lag`` gives the
-  measured window). The response never waits for the disk's flush.
-- ``always``: ``append`` returns once the group is written and ``fdatasync``ed: a record
-  survives a machine crash too, at one flush (about 0.2 ms here) on every response.
-- ``never``: written, never synced by us (the kernel flushes in its own time).
+- ``background`` (the default): ``append`` writes the line to the file at once, on the
+  loop (into the page cache: microseconds), so a record survives any crash of the gateway
+  process (SIGKILL, OOM kill). A thread ``fdatasync``s what was written at most every
+  ``sync_interval_s`` (10 ms by default), so a machine crash can lose only the records of
+  that last window, as with Postgres's ``synchronous_commit = off``; ``take_sync_lag``
+  gives the measured window. Neither the response nor the loop waits for the disk, and a
+  request costs the thread nothing: it is woken once per window, not once per record.
+- ``always``: ``append`` returns once the record's group is written and ``fdatasync``ed:
+  a record survives a machine crash too, at one flush (about 0.2 ms here) on every
+  response. Records that arrive while a flush is in progress form the next group: one
+  ``write`` and one flush per group, however many requests wait on it.
+- ``never``: written at once, never synced by us (the kernel flushes in its own time).
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ class Journal:
         directory: Path,
         *,
         sync: SyncMode = SyncMode.BACKGROUND,
+        sync_interval_s: float = 0.01,
         segment_bytes: int = 64 << 20,
     ) -> None:
         self.directory = directory
         self.sync = SyncMode(sync)
+        self.sync_interval_s = sync_interval_s
         self.segment_bytes = segment_bytes
         self._sequence = 0
         self.prefix = f"{os.getpid()}-{secrets.token_hex(4)}-"
@@ -75,7 +79,7 @@ class Journal:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._rotate()
         if self.sync is SyncMode.BACKGROUND:
-            self._syncer = _Syncer(self)
+            self._syncer = _Syncer(self, self.sync_interval_s)
             self._syncer.start()
 
     def close(self) -> None:
@@ -94,10 +98,22 @@ class Journal:
         return self._syncer.take_lag() if self._syncer is not None else 0.0
 
     async def append(self, line: bytes) -> None:
-        """Add one line; returns once its group is written (and synced, in ``always`` mode)."""
+        """Add one line; returns once it is written (and synced, in ``always`` mode)."""
+        if self.sync is SyncMode.ALWAYS:
+            await self._append_group(line)
+            return
         if self._syncer is not None and self._syncer.failure is not None:
             # Refused until a flush succeeds again (the recorder's probe keeps trying).
             await asyncio.to_thread(self._syncer.retry)
+        try:
+            self._write(line + b"\n")  # into the page cache: microseconds, so on the loop
+        except OSError as exc:
+            raise JournalError(exc.errno, f"journal write failed: {exc}") from exc
+        if self._syncer is not None:
+            self._syncer.written()
+
+    async def _append_group(self, line: bytes) -> None:
+        """``always`` mode: join the next group, and return once it is written and synced."""
         self._buffer.append(line + b"\n")
         if self._group is None:
             self._group = asyncio.get_running_loop().create_future()
@@ -114,15 +130,9 @@ class Journal:
             group, self._group = self._group, None
             assert group is not None
             try:
-                if self.sync is SyncMode.ALWAYS:
-                    # In a thread even for one record: a sync can take milliseconds when
-                    # the disk is busy (seen here), and the loop must keep serving.
-                    await asyncio.to_thread(self._write, data)
-                else:
-                    # Into the page cache: microseconds, so on the loop.
-                    self._write(data)
-                    if self._syncer is not None:
-                        self._syncer.written()
+                # In a thread even for one record: a sync can take milliseconds when the
+                # disk is busy (seen here), and the loop must keep serving.
+                await asyncio.to_thread(self._write, data)
             except OSError as exc:
                 if not group.done():
                     group.set_exception(JournalError(exc.errno, f"journal write failed: {exc}"))
@@ -176,17 +186,21 @@ class Journal:
 
 
 class _Syncer:
-    """The background mode's flusher: a thread that fdatasyncs as soon as groups are written.
+    """The background mode's flusher: a thread that fdatasyncs what was written, at most
+    once per ``interval_s``.
 
-    Each flush covers every group written before it began, so under load one flush serves
-    many groups, and an idle journal costs nothing. A failed flush stops the journal: each
+    The loop wakes it only when the journal goes from flushed to unflushed, so it is woken
+    at most once a window however many records arrive, and an idle journal costs nothing.
+    Each flush covers every write before it began. A failed flush stops the journal: each
     ``append`` flushes again first and raises while that fails, so the gateway refuses what
     it may not be able to keep, and resumes once the disk takes a flush again.
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, interval_s: float) -> None:
         self._journal = journal
+        self._interval_s = interval_s
         self._pending = threading.Event()
+        self._stopped = threading.Event()
         self._stopping = False
         self._oldest_unsynced: float | None = None
         self._max_lag = 0.0
@@ -197,10 +211,12 @@ class _Syncer:
         self._thread.start()
 
     def written(self) -> None:
-        """Called on the loop after each group's write."""
+        """Called on the loop after each write: wakes the thread for the first write after a
+        flush only (the thread takes ``_oldest_unsynced`` before it flushes, so a write it
+        did not see as pending is one its flush covers)."""
         if self._oldest_unsynced is None:
             self._oldest_unsynced = time.monotonic()
-        self._pending.set()
+            self._pending.set()
 
     def retry(self) -> None:
         """Flush once more after a failure: clears it, or raises it again."""
@@ -217,6 +233,7 @@ class _Syncer:
 
     def stop(self) -> None:
         self._stopping = True
+        self._stopped.set()
         self._pending.set()
         self._thread.join()
 
@@ -230,10 +247,13 @@ class _Syncer:
             try:
                 self._journal._sync_now()
             except OSError as exc:
+                # Appends now flush again first (``retry``), and fail while this does.
                 self.failure = JournalError(exc.errno, f"journal flush failed: {exc}")
-                continue
-            if oldest is not None:
-                self._max_lag = max(self._max_lag, time.monotonic() - oldest)
+            else:
+                if oldest is not None:
+                    self._max_lag = max(self._max_lag, time.monotonic() - oldest)
+            # The window: writes meanwhile wait for the next flush, which covers them all.
+            self._stopped.wait(self._interval_s)
 
 
 def segments(directory: Path) -> list[Path]:

@@ -129,6 +129,7 @@ class Recorder:
         engine: Engine,
         journal_dir: Path,
         sync: SyncMode = SyncMode.BACKGROUND,
+        sync_interval_s: float = 0.01,
         batch_size: int = 500,
         flush_interval_s: float = 0.2,
         refuse_when_unrecordable: bool = True,
@@ -138,7 +139,7 @@ class Recorder:
         if process and database_url is None:
             raise ValueError("a recorder process needs the database URL")
         self.engine = engine
-        self.journal = Journal(journal_dir, sync=sync)
+        self.journal = Journal(journal_dir, sync=sync, sync_interval_s=sync_interval_s)
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.refuse_when_unrecordable = refuse_when_unrecordable

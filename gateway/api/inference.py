@@ -95,14 +95,20 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
 }
 
 
-async def serve(endpoint: tuple[str, Handler], scope: Scope, receive: Receive, send: Send) -> None:
-    """One inference request: the handler's response, or its error, mapped once."""
+async def serve(
+    endpoint: tuple[str, Handler], scope: Scope, receive: Receive, send: Send, request_id: str
+) -> None:
+    """One inference request: the handler's response, or its error, mapped once; either
+    way with the request's id in ``x-request-id``."""
     method, handler = endpoint
+    id_header = (b"x-request-id", request_id.encode())
     started = False
 
-    async def tracked(message: Message) -> None:
+    async def send_with_id(message: Message) -> None:
         nonlocal started
-        started = started or message["type"] == "http.response.start"
+        if not started and message["type"] == "http.response.start":
+            started = True
+            message["headers"] = [*message.get("headers", ()), id_header]
         await send(message)
 
     try:
@@ -111,8 +117,8 @@ async def serve(endpoint: tuple[str, Handler], scope: Scope, receive: Receive, s
                 f"{scope['path']} accepts {method} only", headers={"allow": method}
             )
         response = await handler(Request(scope, receive))
-        await response(scope, receive, tracked)
+        await response(scope, receive, send_with_id)
     except Exception as exc:
         if started:  # a stream already under way: nothing more can be said on it
             raise
-        await response_for(exc)(scope, receive, send)
+        await response_for(exc)(scope, receive, send_with_id)

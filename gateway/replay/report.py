@@ -156,7 +156,7 @@ def to_json(
         "definitions": {"cache": CACHE_DEFINITION, "ceiling": CEILING_DEFINITION},
         "price_usd_per_million": None
         if context.price is None
-        else {k: str(v) for k, v in asdict(context.price).items()},
+        else {k: str(v) for k, v in asdict(context.price).items() if k != "id"},
         "kvgate": {"version": context.version, "commit": context.commit},
     }
 

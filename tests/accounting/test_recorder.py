@@ -70,6 +70,35 @@ async def test_background_mode_returns_after_the_write_and_flushes_right_after(
     journal.close()
 
 
+async def test_background_flushes_at_most_once_per_window_however_many_records(
+    tmp_path: Path,
+) -> None:
+    """The sync thread is woken by the first write after a flush only: 300 records written
+    over about three windows cost a handful of flushes, not 300, and none waits longer
+    than its window (plus the flush) to reach the disk."""
+    journal = Journal(tmp_path, sync=SyncMode.BACKGROUND, sync_interval_s=0.05)
+    journal.open()
+    flushes = 0
+    original = journal._sync_now
+
+    def counting() -> None:
+        nonlocal flushes
+        flushes += 1
+        original()
+
+    journal._sync_now = counting  # type: ignore[method-assign]
+    for n in range(300):
+        await journal.append(b'{"n": %d}' % n)
+        await asyncio.sleep(0.0005)
+    await asyncio.sleep(0.2)  # the last window closes, and its flush runs
+    lag = journal.take_sync_lag()
+    journal.close()
+    assert journal.path is not None
+    assert journal.path.read_bytes().count(b"\n") == 300
+    assert 2 <= flushes <= 12
+    assert 0 < lag < 0.05 + 0.1
+
+
 async def test_a_failed_background_flush_refuses_appends_until_a_flush_succeeds(
     tmp_path: Path,
 ) -> None:

@@ -1,0 +1,62 @@
+"""EventStream: a server-sent event response whose body stops when the client leaves.
+
+Starlette's ``StreamingResponse`` does the same with an anyio task group per response
+(a task, a cancel scope and the group's bookkeeping): about a tenth of a streamed
+request's CPU in the gateway, measured with py-spy. Here one asyncio task waits for
+``http.disconnect`` and cancels the task sending the stream; the body's generator sees the
+cancellation at the point it waits (for the upstream, usually), records the request as
+cancelled and closes the upstream call.
+
+uvicorn silently drops messages sent after a disconnect, so without the watcher an
+abandoned stream would run to its end upstream, at the deployment's expense.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class EventStream(Response):
+    media_type = "text/event-stream"
+
+    def __init__(
+        self, body: AsyncGenerator[bytes, None], headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.body_iterator = body
+        self.status_code = 200
+        self.background = None
+        self.init_headers({**SSE_HEADERS, **(headers or {})})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sending = asyncio.current_task()
+        assert sending is not None
+        left = False
+
+        async def watch() -> None:
+            nonlocal left
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            left = True
+            sending.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not left:
+                raise  # cancelled from outside (shutdown): not ours to swallow
+            sending.uncancel()  # the client left: the stream ends here, quietly
+            # Cancelled while sending rather than inside the body: close it now, so it
+            # records the cancellation and closes its upstream call.
+            await self.body_iterator.aclose()
+        finally:
+            watcher.cancel()
