@@ -26,6 +26,7 @@ from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from gateway.accounting.journal import read_batch, segments
 from gateway.accounting.records import Record
+from gateway.accounting.store import insert_records
 
 log = logging.getLogger("kvgate.recorder")
 
@@ -84,7 +85,7 @@ class Drainer:
             wake.clear()
             wait_s = flush_interval_s
             try:
-                progressed = self.drain_once(final=stopping_now)
+                written = self.drain_once(final=stopping_now)
             except SQLAlchemyError as exc:
                 was_up = not self.counters[DB_DOWN]
                 self.counters[DB_DOWN] = 1  # before the error count: readers see both
@@ -101,28 +102,32 @@ class Drainer:
             self.counters[DB_DOWN] = 0
             self.counters[READY] = 1
             backoff = 0.0
-            if stopping_now and not progressed:
+            if stopping_now and not written:
                 return
-            if progressed:
+            # Go again at once only after a full batch (a backlog) or while stopping. A
+            # part batch means the journal is drained: going again at once would chase its
+            # tail, a transaction for every few records as they arrive (measured: four
+            # records a transaction at 800 requests/s, 0.4 ms of writer CPU a record).
+            if written >= self.batch_size or stopping_now:
                 wake.set()
 
-    def drain_once(self, *, final: bool = False) -> bool:
-        """Write one batch from our segments or an orphan's; True if anything was written.
+    def drain_once(self, *, final: bool = False) -> int:
+        """Replay every orphan segment (whole), then write one batch from our own; how
+        many records that wrote.
 
         Our newest segment may still be written to, so it is kept, unless ``final``.
         """
         listed = segments(self.directory)
         own = [p for p in listed if p.name.startswith(self.own_prefix)]
         current = max(own, key=lambda p: p.name) if own and not final else None
-        for path in listed:
-            if path.name.startswith(self.own_prefix):
-                if self._drain_own(path, keep=path == current):
-                    return True
-            elif self._drain_orphan(path):
-                return True
-        return False
+        written = sum(self._drain_orphan(p) for p in listed if p not in own)
+        for path in own:
+            batch = self._drain_own(path, keep=path == current)
+            if batch:
+                return written + batch
+        return written
 
-    def _drain_own(self, path: Path, *, keep: bool) -> bool:
+    def _drain_own(self, path: Path, *, keep: bool) -> int:
         offset = self._offsets.get(path, 0)
         lines, end = read_batch(path, offset, self.batch_size)
         if lines:
@@ -131,19 +136,19 @@ class Drainer:
         if not keep and end >= _size(path):
             path.unlink(missing_ok=True)
             self._offsets.pop(path, None)
-        return bool(lines)
+        return len(lines)
 
-    def _drain_orphan(self, path: Path) -> bool:
+    def _drain_orphan(self, path: Path) -> int:
         """Replay a dead process's segment whole, holding its lock so no one else does."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            return False
+            return 0
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return False
+                return 0
             offset, replayed = 0, 0
             while True:
                 lines, offset = read_batch(path, offset, self.batch_size)
@@ -157,11 +162,9 @@ class Drainer:
         self.counters[REPLAYED] += replayed
         if replayed:
             log.info("replayed %d records from %s", replayed, path.name)
-        return replayed > 0
+        return replayed
 
     def _write(self, lines: list[bytes]) -> None:
-        from gateway.accounting.recorder import insert_records
-
         records = []
         for line in lines:
             try:
@@ -178,8 +181,6 @@ class Drainer:
         """A batch refused for its data (not for the database being down): one record at a
         time, and the ones still refused set aside, so one bad record neither blocks the
         journal forever nor is lost."""
-        from gateway.accounting.recorder import insert_records
-
         for record in records:
             try:
                 insert_records(self.engine, [record])

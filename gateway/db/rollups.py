@@ -23,8 +23,8 @@ from decimal import Decimal
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, select, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
 
+from gateway.db import bulk
 from gateway.db.models import (
     InteractionCellRow,
     InteractionRow,
@@ -168,10 +168,6 @@ def add(connection: Connection, rows: Sequence[Row]) -> None:
     _upsert(connection, TtftHourRow.__table__, ttft)  # type: ignore[arg-type]
 
 
-def _dialect(connection: Connection) -> Any:
-    return postgresql if connection.dialect.name == "postgresql" else sqlite
-
-
 def _new_cells(
     connection: Connection, cells: Mapping[tuple[str, str, str, datetime], Any]
 ) -> list[tuple[str, str, str, datetime]]:
@@ -179,17 +175,18 @@ def _new_cells(
     if not cells:
         return []
     table: Table = InteractionCellRow.__table__  # type: ignore[assignment]
-    statement = (
-        _dialect(connection)
-        .insert(table)
-        .on_conflict_do_nothing()
-        .returning(table.c.tenant_id, table.c.interaction_id, table.c.model, table.c.hour)
-    )
     params = [
         {"tenant_id": t, "interaction_id": i, "model": m, "hour": h, "spans": False}
         for t, i, m, h in sorted(cells)
     ]
-    new = [(t, i, m, hour_of(h)) for t, i, m, h in connection.execute(statement, params)]
+    created = bulk.insert_rows(
+        connection,
+        table,
+        params,
+        conflict=None,
+        returning=["tenant_id", "interaction_id", "model", "hour"],
+    )
+    new = [(t, i, m, hour_of(h)) for t, i, m, h in created]
     per_interaction: dict[tuple[str, str], int] = defaultdict(int)
     for tenant, interaction, _model, _hour in new:
         per_interaction[(tenant, interaction)] += 1
@@ -197,18 +194,16 @@ def _new_cells(
         return new
     # The upsert takes the interaction's row lock, so of two writers adding cells to one
     # interaction at once the second sees the first's count: "spans" is never missed.
-    counters = InteractionRow.__table__
-    upsert = _dialect(connection).insert(counters)
-    upsert = upsert.on_conflict_do_update(
-        index_elements=["tenant_id", "interaction_id"],
-        set_={"cells": counters.c.cells + upsert.excluded.cells},
-    ).returning(counters.c.tenant_id, counters.c.interaction_id, counters.c.cells)
-    counts = connection.execute(
-        upsert,
+    counts = bulk.insert_rows(
+        connection,
+        InteractionRow.__table__,  # type: ignore[arg-type]
         [
             {"tenant_id": t, "interaction_id": i, "cells": n}
             for (t, i), n in sorted(per_interaction.items())
         ],
+        conflict=["tenant_id", "interaction_id"],
+        add=["cells"],
+        returning=["tenant_id", "interaction_id", "cells"],
     )
     spanning = [{"t": t, "i": i} for t, i, n in counts if n > 1]
     if spanning:
@@ -233,15 +228,12 @@ def _upsert(
     if not deltas:
         return
     keys = [column.name for column in table.primary_key.columns]
-    sums = [column.name for column in table.columns if column.name not in keys]
-    insert = _dialect(connection).insert(table)
-    statement = insert.on_conflict_do_update(
-        index_elements=keys, set_={name: table.c[name] + insert.excluded[name] for name in sums}
-    )
     # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
-    connection.execute(
-        statement,
-        [{**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())],
+    rows = [
+        {**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())
+    ]
+    bulk.insert_rows(
+        connection, table, rows, conflict=keys, add=[name for name in rows[0] if name not in keys]
     )
 
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -320,4 +321,27 @@ async def test_a_record_the_database_refuses_is_set_aside_and_the_rest_still_wri
     with engine.connect() as connection:
         ids = set(connection.scalars(select(RequestRow.request_id)))
     assert ids == {"req_before", "req_after", "req_later"}
+    engine.dispose()
+
+
+def test_a_batch_keeps_every_value_exactly_and_skips_request_ids_already_there(
+    database_url: str,
+) -> None:
+    """The batch insert (arrays on Postgres) round-trips text that array syntax would
+    mangle, NULLs, money and times, and leaves a replayed request id's row alone."""
+    engine = make_engine(database_url)
+    nasty = "a \"quoted\" {brace}, comma\\backslash\nNULL 'single' é 🙂"
+    first = make_record("req_a", error=nasty, interaction_id=nasty, finish_reason="stop")
+    second = make_record("req_b")  # finish_reason, error, first_token_at: NULL
+    insert_records(engine, [first, second])
+    insert_records(engine, [make_record("req_a", error="a replay must not change the row")])
+    with engine.connect() as connection:
+        table = RequestRow.__table__
+        rows = connection.execute(select(table).order_by(table.c.request_id)).all()
+        got = [(r.request_id, r.error, r.interaction_id, r.finish_reason) for r in rows]
+        b = rows[1]
+    assert got == [("req_a", nasty, nasty, "stop"), ("req_b", None, "int-1", None)]
+    assert b.first_token_at is None and b.started_at == second.started_at
+    assert b.cost_total == Decimal("0.000055260") == second.cost.total
+    assert (b.uncached_tokens, b.cache_read_tokens, b.output_tokens) == (176, 1024, 30)
     engine.dispose()

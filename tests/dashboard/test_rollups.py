@@ -20,7 +20,7 @@ from sqlalchemy import (
     text,
 )
 
-from gateway.accounting.recorder import insert_records, record_row
+from gateway.accounting.store import insert_records, record_row
 from gateway.db import aggregates, queries, rollups
 from gateway.db.aggregates import Scope
 from gateway.db.migrate import downgrade, upgrade
