@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -174,6 +175,10 @@ def create_app(settings: Settings) -> FastAPI:
             asyncio.ensure_future(_every(settings.key_refresh_s, keys.refresh, "key refresh")),
             asyncio.ensure_future(_every(settings.price_refresh_s, refresh_prices, "prices")),
         ]
+        # Everything built so far lives as long as the app: out of the collector's sight,
+        # a full collection no longer walks it (140,000 objects, about 55 ms each time,
+        # in the middle of requests: the c=32 p99 went from 61-77 ms to 30-33 ms).
+        gc.freeze()
         log.info(
             "kvgate ready: %d model(s), %d active key(s), %d price(s)",
             len(state.deployments),
@@ -183,6 +188,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            gc.unfreeze()
             for task in tasks:
                 task.cancel()
             for task in tasks:
