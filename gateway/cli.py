@@ -4,10 +4,12 @@ billing."""
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -67,11 +69,18 @@ def serve(
     config: ConfigOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Worker processes, one per core (default KVGATE_WORKERS, else 1). They "
+            "share the port, routing knowledge, the journal directory and the metrics.",
+        ),
+    ] = None,
 ) -> None:
     """Run the gateway."""
     import uvicorn
-
-    from gateway.app import create_app
 
     s = settings(config)
     try:
@@ -81,8 +90,8 @@ def serve(
     logging.basicConfig(
         level=s.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    uvicorn.run(
-        create_app(s),
+    count = workers or s.workers
+    options: dict[str, Any] = dict(
         host=host,
         port=port,
         log_level=s.log_level,
@@ -90,6 +99,22 @@ def serve(
         loop="uvloop",
         http="httptools",
     )
+    if count == 1:
+        from gateway.app import create_app
+
+        uvicorn.run(create_app(s), **options)
+        return
+    # Each worker is a fresh process that reads its settings from the environment.
+    from gateway.routing.peers import peer_directory
+
+    os.environ["KVGATE_WORKERS"] = str(count)
+    if s.config is not None:
+        os.environ["KVGATE_CONFIG"] = str(s.config.resolve())
+    metrics_dir = peer_directory(s.journal_dir) / "metrics"
+    shutil.rmtree(metrics_dir, ignore_errors=True)  # the last run's values are not ours
+    metrics_dir.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    uvicorn.run("gateway.app:from_environment", factory=True, workers=count, **options)
 
 
 @app.command()

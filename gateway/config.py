@@ -241,6 +241,9 @@ class Settings(BaseSettings):
     # How often each replica's /metrics is read (load, and its KV block size and hashing).
     load_interval_s: float = Field(default=1.0, gt=0)
     log_level: str = "info"
+    # Worker processes of `kvgate serve` (each its own event loop on its own core; they
+    # share routing knowledge, the journal directory and the metrics, see routing/peers.py).
+    workers: int = Field(default=1, ge=1, le=64)
     # Asked for by the dashboard when set; unset (the demo) means no password.
     dashboard_password: str | None = Field(default=None, repr=False)
 

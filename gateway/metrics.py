@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
 from gateway.accounting.records import Record
 
@@ -59,47 +67,70 @@ class Metrics:
             registry=r,
         )
         self.recorder_backlog = Gauge(
-            "kvgate_recorder_backlog", "Records journaled but not yet in the database", registry=r
+            "kvgate_recorder_backlog",
+            "Records journaled but not yet in the database",
+            multiprocess_mode="livesum",
+            registry=r,
         )
         self.journal_bytes = Gauge(
-            "kvgate_journal_bytes", "Size of the local record journal", registry=r
+            "kvgate_journal_bytes",
+            "Size of the local record journal",
+            multiprocess_mode="livemax",
+            registry=r,
         )
         self.journal_sync_lag = Gauge(
             "kvgate_journal_sync_lag_seconds",
             "Longest time a written record waited for its flush to disk, since the last scrape"
             " (what a machine crash could lose; journal_sync=background)",
+            multiprocess_mode="livemax",
             registry=r,
         )
         self.records_rejected = Gauge(
             "kvgate_records_rejected",
             "Records the database refused for their data, set aside in <journal>/rejected/",
+            multiprocess_mode="livesum",
             registry=r,
         )
         self.database_up = Gauge(
-            "kvgate_database_up", "1 when the recorder last reached the database", registry=r
+            "kvgate_database_up",
+            "1 when the recorder last reached the database",
+            multiprocess_mode="livemin",
+            registry=r,
         )
         self.replica_up = Gauge(
             "kvgate_replica_up",
             "1 when a replica is taken for routing",
             ["model", "replica"],
+            multiprocess_mode="livemin",
             registry=r,
         )
         self.replica_kv_events_fresh = Gauge(
             "kvgate_replica_kv_events_fresh",
             "1 while a replica's KV event stream is in sync (exact routing), 0 when stale",
             ["model", "replica"],
+            multiprocess_mode="livemin",
             registry=r,
         )
         self.replica_kv_events_applied = Gauge(
             "kvgate_replica_kv_events_applied",
             "Sequence number after the last KV event batch applied from a replica",
             ["model", "replica"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.peer_messages = Gauge(
+            "kvgate_peer_messages",
+            "Routing changes sent to, received from and dropped for the gateway's other"
+            " workers (kvgate serve --workers), since start; per worker (pid label)",
+            ["direction"],
+            multiprocess_mode="liveall",
             registry=r,
         )
         self.replica_in_flight = Gauge(
             "kvgate_replica_in_flight",
             "Requests in flight per replica",
             ["model", "replica"],
+            multiprocess_mode="livesum",
             registry=r,
         )
 
@@ -137,6 +168,21 @@ class Metrics:
 
     def collect_gauges(self, update: Callable[[Metrics], None]) -> None:
         update(self)
+
+    def worker_stopped(self) -> None:
+        """A worker leaving: its live gauges stop counting (its counters stay)."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+    def exposition(self) -> bytes:
+        """The text format. With several workers (PROMETHEUS_MULTIPROC_DIR set by
+        ``kvgate serve --workers``), every worker's values, summed or taken at their
+        min/max as each gauge says: a scrape reaches one worker but reports them all."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
+        return generate_latest(self.registry)
 
 
 class _Series:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 router = APIRouter(tags=["health"])
 
@@ -29,4 +29,4 @@ def healthz(request: Request) -> dict[str, object]:
 def metrics(request: Request) -> Response:
     state = request.app.state
     state.refresh_gauges()
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -17,7 +17,9 @@ import itertools
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 import xxhash
@@ -28,10 +30,13 @@ from gateway.errors import UpstreamUnavailable
 from gateway.routing.ceiling import HitCeiling
 from gateway.routing.exact import RoutingIndex
 from gateway.routing.index import ApproximateIndex
-from gateway.routing.kv_events import KvEventConsumer, KvEventSource
 from gateway.routing.load import ReplicaLoad, read_load
+from gateway.routing.peers import CORRECTED, PLACED, PeerLink
 from gateway.routing.policy import ReplicaView, RouteRequest, Tunables, choose
 from gateway.routing.prompts import Prompt, PromptHasher
+
+if TYPE_CHECKING:
+    from gateway.routing.kv_events import KvEventConsumer
 
 log = logging.getLogger("kvgate.fleet")
 
@@ -98,6 +103,7 @@ class Fleet:
     def __init__(self, deployment: Deployment, *, ceiling: HitCeiling | None = None) -> None:
         self.deployment = deployment
         self.replicas = [Replica(url) for url in deployment.replica_urls]
+        self._urls = frozenset(deployment.replica_urls)
         self.policy = deployment.policy
         self.tunables = Tunables(**deployment.tunables)  # type: ignore[arg-type]  # validated in config
         self.hasher = PromptHasher(
@@ -109,6 +115,8 @@ class Fleet:
         self.index = RoutingIndex(ApproximateIndex(deployment.capacity_blocks))
         self.ceiling = ceiling or HitCeiling()
         self.consumers: list[KvEventConsumer] = []  # made by event_consumers()
+        # The other workers of this gateway, told of every change to the index (peers.py).
+        self.peers: PeerLink | None = None
         self._sequence = itertools.count()
 
     # -- a request's life --------------------------------------------------------------
@@ -148,6 +156,8 @@ class Fleet:
         chosen.queued_prefill_tokens += queued
         if prompt.hashes:
             self.index.record(chosen.url, prompt.hashes)
+            if self.peers is not None:
+                self.peers.placed(self.deployment.name, chosen.url, prompt.hashes)
         return Placement(replica=chosen, predicted_blocks=predicted, queued_tokens=queued)
 
     def first_token(self, placement: Placement) -> None:
@@ -182,6 +192,22 @@ class Fleet:
         self.index.correct(
             placement.replica.url, prompt.hashes, reported, predicted_blocks=predicted
         )
+        if self.peers is not None and reported != predicted:
+            self.peers.corrected(
+                self.deployment.name, placement.replica.url, prompt.hashes, reported, predicted
+            )
+
+    def apply_peer(
+        self, kind: int, replica: str, hashes: Sequence[int], reported: int, predicted: int
+    ) -> None:
+        """Another worker's change to its index, made to this one the same way."""
+        if replica not in self._urls or not hashes:
+            return  # a worker with another configuration: not this fleet's replica
+        if kind == PLACED:
+            self.ceiling.observe(self.deployment.name, hashes)
+            self.index.record(replica, hashes)
+        elif kind == CORRECTED:
+            self.index.correct(replica, hashes, reported, predicted_blocks=predicted)
 
     def predicted_tokens(self, route: Route, placement: Placement, prompt_tokens: int) -> int:
         return self.hasher.tokens(route.prompt, placement.predicted_blocks, prompt_tokens)
@@ -195,6 +221,9 @@ class Fleet:
         """One KV event consumer per replica that publishes, feeding the exact index."""
         if not self.deployment.kv_events:
             return []
+        # ZeroMQ (60 ms to import) only for deployments that publish KV events.
+        from gateway.routing.kv_events import KvEventConsumer, KvEventSource
+
         self.consumers = [
             KvEventConsumer(
                 KvEventSource(replica.url, events.endpoint, events.replay_endpoint, events.topic),

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +110,13 @@ def gateway_env(database_url: str, journal_dir: Path, **extra: str) -> dict[str,
     return env
 
 
-def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None = None) -> Proc:
+def start_gateway(
+    tmp: Path,
+    config: Path,
+    env: dict[str, str],
+    port: int | None = None,
+    args: Sequence[str] = (),
+) -> Proc:
     port = port or free_port()
     log = tmp / f"gateway-{port}.log"
     process = subprocess.Popen(
@@ -123,6 +129,7 @@ def start_gateway(tmp: Path, config: Path, env: dict[str, str], port: int | None
             str(config),
             "--port",
             str(port),
+            *args,
         ],
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
