@@ -95,7 +95,7 @@ class Proxy:
 
     # -- building blocks ------------------------------------------------------------------
 
-    def prepare(self, ctx: Context) -> tuple[bytes, Route]:
+    async def prepare(self, ctx: Context) -> tuple[bytes, Route]:
         """The upstream body (served model name, tenant salt, usage asked for) and the
         request's route (its salted block hashes), both computed once for every attempt."""
         call = ctx.call
@@ -106,7 +106,7 @@ class Proxy:
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
-        route = self.fleets[ctx.deployment.name].route(
+        route = await self.fleets[ctx.deployment.name].route_async(
             call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id
         )
         return encoded, route
@@ -206,7 +206,7 @@ class Proxy:
     # -- non-streaming ----------------------------------------------------------------------
 
     async def complete(self, ctx: Context) -> Response:
-        (body, route), tried = self.prepare(ctx), set[str]()
+        (body, route), tried = await self.prepare(ctx), set[str]()
         fleet = self.fleets[ctx.deployment.name]
         for number in range(1, MAX_ATTEMPTS + 1):
             attempt = await self._start(ctx, route, number, tried)
@@ -252,7 +252,7 @@ class Proxy:
 
     async def open_stream(self, ctx: Context) -> Response:
         """Connect (with failover) and answer with a stream, or with the upstream's error."""
-        (body, route), tried = self.prepare(ctx), set[str]()
+        (body, route), tried = await self.prepare(ctx), set[str]()
         fleet = self.fleets[ctx.deployment.name]
         for number in range(1, MAX_ATTEMPTS + 1):
             attempt = await self._start(ctx, route, number, tried)

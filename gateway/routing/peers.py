@@ -39,7 +39,7 @@ from pathlib import Path
 
 log = logging.getLogger("kvgate.peers")
 
-PLACED, CORRECTED = 1, 2
+PLACED, CORRECTED, HELLO = 1, 2, 3  # HELLO: a worker started; look for peers again now
 _HEADER = struct.Struct("=BHHII")  # kind, deployment length, replica length, reported, predicted
 # A datagram larger than the socket buffer cannot be sent; a prompt of 16,000 blocks (a
 # quarter of a million tokens at 16 a block) fits with room to spare.
@@ -110,6 +110,9 @@ class PeerLink:
         self._socket = sock
         asyncio.get_running_loop().add_reader(sock.fileno(), self._receive)
         self.refresh()
+        # Workers that started before this one would otherwise learn of it only at their
+        # next refresh, and until then keep their changes from it.
+        self._send(encode(HELLO, "", "", ()))
 
     def close(self) -> None:
         if self._socket is None:
@@ -170,7 +173,11 @@ class PeerLink:
             except BlockingIOError:
                 return
             try:
-                self._apply(*decode(data))
+                message = decode(data)
+                if message[0] == HELLO:
+                    self.refresh()
+                else:
+                    self._apply(*message)
             except Exception:  # a malformed message must never stop the loop
                 log.exception("peer message not applied")
             self.received += 1

@@ -119,6 +119,21 @@ async def test_an_eviction_one_worker_learns_is_learned_by_the_other(
     assert a.index.match_all(first.prompt.hashes) == {}
 
 
+async def test_a_worker_that_starts_later_is_known_to_the_others_at_once(
+    tmp_path: Path,
+) -> None:
+    first = PeerLink(tmp_path, lambda *_: None, name="first")
+    first.open()
+    later = PeerLink(tmp_path, lambda *_: None, name="later")
+    later.open()  # says hello: the first worker looks again without waiting for its refresh
+    try:
+        await until(lambda: first.peers == 1)
+        assert later.peers == 1
+    finally:
+        first.close()
+        later.close()
+
+
 async def test_a_dead_workers_socket_is_removed_and_not_sent_to(tmp_path: Path) -> None:
     stale = tmp_path / "999999999-worker.sock"  # no such process
     stale.touch()
