@@ -92,6 +92,7 @@ class Proxy:
         self.session = session
         self.fleets = fleets
         self.ledger = ledger
+        self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
 
     # -- building blocks ------------------------------------------------------------------
 
@@ -112,9 +113,12 @@ class Proxy:
         return encoded, route
 
     def _timeout(self, deployment: Deployment) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(
-            total=deployment.timeout_s, sock_connect=deployment.connect_timeout_s
-        )
+        timeout = self._timeouts.get(deployment.name)
+        if timeout is None:
+            timeout = self._timeouts[deployment.name] = aiohttp.ClientTimeout(
+                total=deployment.timeout_s, sock_connect=deployment.connect_timeout_s
+            )
+        return timeout
 
     async def _start(self, ctx: Context, route: Route, number: int, tried: set[str]) -> Attempt:
         request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"

@@ -24,7 +24,12 @@ class UpstreamConnectError(UpstreamError):
 def make_session(*, limit: int = 0) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, keepalive_timeout=60)
     return aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+        connector=connector,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+        # One session serves every tenant: a cookie an upstream set must never ride along
+        # on another tenant's request (and not keeping a jar saves its work per request).
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
 
 
