@@ -29,11 +29,11 @@ import random
 import sys
 from pathlib import Path
 
-from gateway.replay.analysis import infinite_ceiling
-from gateway.replay.metrics import PolicySummary, summarize
-from gateway.replay.offline import ReplayConfig, replay
-from gateway.replay.trace import TraceRequest, load_trace
 from gateway.routing.policy import Tunables
+from gateway.tools.replay.analysis import infinite_ceiling
+from gateway.tools.replay.metrics import PolicySummary, summarize
+from gateway.tools.replay.offline import ReplayConfig, replay
+from gateway.tools.replay.trace import TraceRequest, load_trace
 
 LOAD_WEIGHTS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 IMBALANCE_FACTORS = (1.25, 1.5, 2.0, 3.0)

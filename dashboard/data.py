@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dashboard.view import View
 from gateway import billing
-from gateway.db import aggregates, crud, latency, lookups, replicas
-from gateway.db.aggregates import Figures, PaidRate, Unpriced
-from gateway.db.latency import Ttft
-from gateway.db.replicas import Replica, ReplicaFigures
+from gateway.db import crud, lookups
+from gateway.db.figures import latency, replicas, spend
+from gateway.db.figures.latency import Ttft
+from gateway.db.figures.replicas import Replica, ReplicaFigures
+from gateway.db.figures.spend import Figures, PaidRate, Unpriced
 from pricing.book import Price
 
 
@@ -31,9 +32,9 @@ def overview(session: Session, view: View) -> Overview:
     scope, edges = view.scope, view.edges()
     ttft, ttft_trend = latency.ttft_trend(session, scope, edges)
     return Overview(
-        totals=aggregates.totals(session, scope),
+        totals=spend.totals(session, scope),
         ttft=ttft,
-        trend=aggregates.trend(session, scope, edges),
+        trend=spend.trend(session, scope, edges),
         ttft_trend=ttft_trend,
     )
 
@@ -45,7 +46,7 @@ class Tenants:
 
 
 def tenants(session: Session, view: View) -> Tenants:
-    return Tenants(lookups.tenant_names(session), aggregates.by_tenant(session, view.scope))
+    return Tenants(lookups.tenant_names(session), spend.by_tenant(session, view.scope))
 
 
 def statement(
@@ -70,8 +71,8 @@ class Models:
 def models(session: Session, view: View) -> Models:
     return Models(
         prices=crud.price_book(session).entries(),
-        paid=aggregates.paid_rates(session, view.scope),
-        unpriced=aggregates.unpriced(session, view.scope),
+        paid=spend.paid_rates(session, view.scope),
+        unpriced=spend.unpriced(session, view.scope),
     )
 
 

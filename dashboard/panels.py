@@ -12,7 +12,7 @@ from dashboard import charts, formatting
 from dashboard.charts import Point
 from dashboard.data import Overview
 from dashboard.view import View
-from gateway.db.aggregates import Figures
+from gateway.db.figures.spend import Figures
 
 NO_ROUTING = "no routing data yet"
 

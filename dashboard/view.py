@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from gateway.db.aggregates import Scope
+from gateway.db.figures.spend import Scope
 
 HOURLY_UP_TO_DAYS = 3
 Bucket = Literal["hour", "day"]

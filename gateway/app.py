@@ -26,10 +26,11 @@ from gateway.config import Settings
 from gateway.db import crud
 from gateway.db.session import make_engine, session_factory
 from gateway.metrics import Metrics
-from gateway.provider_proxy import build_provider_proxy
-from gateway.proxy import Proxy, new_request_id
 from gateway.routing.fleet import Fleet
 from gateway.routing.peers import PeerLink, peer_directory
+from gateway.serving.context import new_request_id
+from gateway.serving.hosted import build_provider_proxy
+from gateway.serving.vllm import Proxy
 from gateway.upstream.vllm import make_session
 from pricing.book import PriceBook
 

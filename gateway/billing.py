@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from sqlalchemy.orm import Session
 
-from gateway.db import queries
+from gateway.db import statements
 from gateway.db.models import TenantRow
 from gateway.errors import InvalidRequest
 from pricing.cost import ZERO
@@ -30,7 +30,7 @@ TOKEN_FIELDS = (
     "output_tokens",
 )
 COST_FIELDS = ("cost_uncached", "cost_cache_read", "cost_cache_write", "cost_output", "cost_total")
-LINE_FIELDS = tuple(f.name for f in fields(queries.LineItem))
+LINE_FIELDS = tuple(f.name for f in fields(statements.LineItem))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class Statement:
     start: date
     end: date
     currency: str
-    lines: list[queries.LineItem]
+    lines: list[statements.LineItem]
     totals: Totals
 
 
@@ -73,9 +73,9 @@ def check_period(start: date, end: date) -> None:
 def build_statement(session: Session, *, tenant: TenantRow, start: date, end: date) -> Statement:
     """A tenant's statement for the UTC days start..end, both included."""
     check_period(start, end)
-    lines = queries.statement_lines(session, tenant_id=tenant.id, start=start, end=end)
-    lower, upper = queries.day_bounds(start, end)
-    completed = queries.period_completed_interactions(
+    lines = statements.statement_lines(session, tenant_id=tenant.id, start=start, end=end)
+    lower, upper = statements.day_bounds(start, end)
+    completed = statements.period_completed_interactions(
         session, tenant_id=tenant.id, lower=lower, upper=upper
     )
     sums: dict[str, Any] = {

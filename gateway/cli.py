@@ -129,7 +129,7 @@ def demo(
     dashboard_port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
 ) -> None:
     """Two simulated replicas, the gateway on SQLite, the dashboard, a short workload."""
-    from gateway.demo import run_demo
+    from gateway.tools.demo import run_demo
 
     run_demo(
         settings(),
@@ -166,10 +166,10 @@ def sim(
     kv_events_topic: Annotated[str, typer.Option(help="KV events topic.")] = "",
 ) -> None:
     """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
-    from gateway.sim.events import KvEventsConfig
-    from gateway.sim.server import SimConfig
-    from gateway.sim.server import serve as serve_sim
-    from gateway.sim.timing import TimingModel
+    from gateway.tools.sim.events import KvEventsConfig
+    from gateway.tools.sim.server import SimConfig
+    from gateway.tools.sim.server import serve as serve_sim
+    from gateway.tools.sim.timing import TimingModel
 
     timing = TimingModel(
         prefill_tokens_per_s=prefill_tokens_per_s,
@@ -415,9 +415,9 @@ def ceiling(
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
 ) -> None:
     """Achieved token hit rate against the ceiling, per tenant and model, from the records."""
-    from gateway.db.aggregates import Scope, achieved_vs_ceiling
+    from gateway.db.figures.spend import Scope, achieved_vs_ceiling
     from gateway.db.lookups import tenant_names
-    from gateway.db.queries import day_bounds
+    from gateway.db.statements import day_bounds
 
     lower, upper = day_bounds(date.fromisoformat(start), date.fromisoformat(end))
     with _sessions(settings())() as session:
@@ -437,13 +437,13 @@ def _percent(value: object) -> str:
     return "-" if value is None else f"{float(value):.2%}"  # type: ignore[arg-type]
 
 
-from gateway.replay.cli import replay  # noqa: E402 (defines its own options)
+from gateway.tools.replay.cli import replay  # noqa: E402 (defines its own options)
 
 app.command("replay", help="Replay a Mooncake trace against routing policies (offline or live).")(
     replay
 )
 
-from gateway.cachetest.cli import cachetest  # noqa: E402 (defines its own options)
+from gateway.tools.cachetest.cli import cachetest  # noqa: E402 (defines its own options)
 
 app.command("cachetest", help="Run the cache test plan against an endpoint; write a report.")(
     cachetest

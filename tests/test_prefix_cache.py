@@ -1,6 +1,6 @@
 """The prefix-cache model shared by the simulated replica and the replay."""
 
-from gateway.sim.cache import PrefixCache
+from gateway.tools.sim.cache import PrefixCache
 
 
 def test_a_request_hits_only_the_leading_run_of_held_blocks() -> None:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import charts, context, data, formatting
 from dashboard.charts import Point
-from gateway.db.aggregates import ratio
+from gateway.db.figures.spend import ratio
 
 NO_ROUTING = (
     "No routing data yet: requests carry predicted and ceiling cached tokens once "

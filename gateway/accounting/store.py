@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from gateway.accounting.records import Record
-from gateway.db import bulk, rollups
 from gateway.db.models import RequestRow
+from gateway.db.writer import bulk, rollups
 
 
 def record_row(record: Record) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 from gateway import billing
 from gateway.api.deps import SessionDep, TenantDep
 from gateway.api.openapi import TENANT_KEY, errors
-from gateway.db.queries import tenant_by_id
+from gateway.db.statements import tenant_by_id
 from gateway.errors import NotFound
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"], responses=errors(400, 401, 404))

@@ -17,7 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.api.calls import Endpoint, interaction_id, parse_body, parse_call
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
-from gateway.proxy import Context
+from gateway.serving.context import Context
 
 
 async def read_body(request: Request, limit: int) -> bytes:

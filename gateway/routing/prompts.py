@@ -144,7 +144,7 @@ def _model_tokens(tokenizer: ChatTokenizer, call: Call) -> list[int]:
 
 
 def _sim_tokens(call: Call) -> list[int]:
-    from gateway.sim import tokenizer
+    from gateway.tools.sim import tokenizer
 
     if call.endpoint is Endpoint.CHAT:
         return tokenizer.encode(tokenizer.render_chat(call.body["messages"]))

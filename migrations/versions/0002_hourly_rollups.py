@@ -4,7 +4,7 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-29
 
-Existing requests are folded in by ``gateway.db.rollups.rebuild``: the same code the
+Existing requests are folded in by ``gateway.db.writer.rollups.rebuild``: the same code the
 recorder uses, so a migrated database and a fresh one hold identical rollups.
 """
 
@@ -118,7 +118,7 @@ def upgrade() -> None:
         )
     bind = op.get_bind()
     if bind.execute(sa.text("SELECT 1 FROM requests LIMIT 1")).first() is not None:
-        from gateway.db.rollups import rebuild
+        from gateway.db.writer.rollups import rebuild
 
         rebuild(bind)
 

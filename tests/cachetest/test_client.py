@@ -8,10 +8,10 @@ from datetime import date
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.cachetest.client import Endpoint, key_salt
-from gateway.cachetest.prompts import PromptMaker
-from gateway.sim.server import SimConfig, create_app
-from gateway.sim.timing import TimingModel
+from gateway.tools.cachetest.client import Endpoint, key_salt
+from gateway.tools.cachetest.prompts import PromptMaker
+from gateway.tools.sim.server import SimConfig, create_app
+from gateway.tools.sim.timing import TimingModel
 
 MODEL = "kvgate/demo-llama-8b"
 

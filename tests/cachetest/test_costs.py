@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gateway.cachetest.client import Outcome
-from gateway.cachetest.costs import Billed, change, input_cost, spend, statement_price
-from gateway.replay.metrics import TokenPrice
+from gateway.tools.cachetest.client import Outcome
+from gateway.tools.cachetest.costs import Billed, change, input_cost, spend, statement_price
+from gateway.tools.replay.metrics import TokenPrice
 
 PRICE = TokenPrice(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))
 

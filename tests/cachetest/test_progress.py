@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from gateway.cachetest.progress import Progress
+from gateway.tools.cachetest.progress import Progress
 
 
 def test_the_progress_bar_writes_a_line_per_tenth_when_not_on_a_terminal() -> None:

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.cachetest.plan import PLANS, RunConfig
-from gateway.cachetest.report import write_report
-from gateway.cachetest.runner import run
-from gateway.replay.metrics import TokenPrice
-from gateway.sim.server import SimConfig, create_app
-from gateway.sim.timing import TimingModel
+from gateway.tools.cachetest.plan import PLANS, RunConfig
+from gateway.tools.cachetest.report import write_report
+from gateway.tools.cachetest.runner import run
+from gateway.tools.replay.metrics import TokenPrice
+from gateway.tools.sim.server import SimConfig, create_app
+from gateway.tools.sim.timing import TimingModel
 
 MODEL = "kvgate/demo-llama-8b"
 PRICE = TokenPrice(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gateway.cachetest.stats import mann_whitney_less, normal_cdf, ranks
+from gateway.tools.cachetest.stats import mann_whitney_less, normal_cdf, ranks
 
 
 def test_ties_share_the_mean_of_the_ranks_they_span() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.cachetest.client import Outcome
-from gateway.cachetest.eviction import Eviction, WorkingSet, doubling
-from gateway.cachetest.isolation import NOT_SHARED, SHARED, Isolation, judge
-from gateway.cachetest.plan import Audit
+from gateway.tools.cachetest.client import Outcome
+from gateway.tools.cachetest.eviction import Eviction, WorkingSet, doubling
+from gateway.tools.cachetest.isolation import NOT_SHARED, SHARED, Isolation, judge
+from gateway.tools.cachetest.plan import Audit
 
 
 def ok(ttft_s: float, cached: int = 0, prompt: int = 1000) -> Outcome:

@@ -21,8 +21,9 @@ from sqlalchemy import (
 )
 
 from gateway.accounting.store import insert_records, record_row
-from gateway.db import aggregates, queries, rollups
-from gateway.db.aggregates import Scope
+from gateway.db import statements
+from gateway.db.figures import spend
+from gateway.db.figures.spend import Scope
 from gateway.db.migrate import downgrade, upgrade
 from gateway.db.models import (
     InteractionCellRow,
@@ -33,6 +34,7 @@ from gateway.db.models import (
     UsageHourRow,
 )
 from gateway.db.session import make_engine, normalise_url
+from gateway.db.writer import rollups
 from tests.dashboard.conftest import World, at, world_records
 
 ROLLUPS = (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow)
@@ -97,16 +99,16 @@ def test_completed_interactions_equal_billings_for_every_period(world: World) ->
     days = [date(2026, 6, 30), date(2026, 7, 1)]
     with world.sessions() as session:
         for start, end in [(days[0], days[0]), (days[1], days[1]), (days[0], days[1])]:
-            lower, upper = queries.day_bounds(start, end)
-            figures = aggregates.by_tenant(session, Scope(lower, upper))
+            lower, upper = statements.day_bounds(start, end)
+            figures = spend.by_tenant(session, Scope(lower, upper))
             for tenant in (world.a, world.b):
-                expected = queries.period_completed_interactions(
+                expected = statements.period_completed_interactions(
                     session, tenant_id=tenant, lower=lower, upper=upper
                 )
                 got = figures[tenant].completed_interactions if tenant in figures else 0
                 assert got == expected, (start, end, tenant)
-        everyone = aggregates.totals(session, Scope(*queries.day_bounds(days[0], days[1])))
-        only_m = aggregates.totals(session, replace(EVERYTHING, models=("m",)))
+        everyone = spend.totals(session, Scope(*statements.day_bounds(days[0], days[1])))
+        only_m = spend.totals(session, replace(EVERYTHING, models=("m",)))
     assert everyone.completed_interactions == len(
         {(r.tenant_id, r.interaction_id) for r in world.records if r.status == "completed"}
     )
@@ -129,8 +131,8 @@ def test_daily_buckets_count_an_interaction_in_each_day_it_completed(world: Worl
         datetime(2026, 7, 2, tzinfo=UTC),
     ]
     with world.sessions() as session:
-        days = aggregates.trend(session, replace(EVERYTHING, tenant_ids=(world.a,)), edges)
-        both = aggregates.totals(session, Scope(edges[0], edges[2], (world.a,)))
+        days = spend.trend(session, replace(EVERYTHING, tenant_ids=(world.a,)), edges)
+        both = spend.totals(session, Scope(edges[0], edges[2], (world.a,)))
     assert [f.completed_interactions for _, f in days] == [2, 3]  # i1 i2 | conv i5 i2
     assert both.completed_interactions == 4
     engine.dispose()

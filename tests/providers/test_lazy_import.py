@@ -6,7 +6,7 @@ import sys
 
 def test_the_gateway_and_cli_import_without_litellm() -> None:
     code = (
-        "import sys, gateway.app, gateway.cli, gateway.provider_proxy; "
+        "import sys, gateway.app, gateway.cli, gateway.serving.hosted; "
         "print('litellm' in sys.modules)"
     )
     out = subprocess.run(

@@ -25,9 +25,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import proxy
 from gateway.api.calls import Endpoint, parse_body, parse_call
 from gateway.errors import InvalidRequest
+from gateway.serving import vllm as proxy
 from gateway.upstream.sse import EventSplitter, StreamState, inspect
 from gateway.usage import (
     Usage,

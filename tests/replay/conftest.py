@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.replay.trace import TraceRequest
+from gateway.tools.replay.trace import TraceRequest
 
 TINY = (
     # t (ms), prompt, output, hash ids

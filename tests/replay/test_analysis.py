@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.replay.analysis import (
+from gateway.tools.replay.analysis import (
     analyze,
     describe,
     infinite_ceiling,
     pooled_ceiling,
     repeat_gaps,
 )
-from gateway.replay.trace import TraceRequest, load_trace
+from gateway.tools.replay.trace import TraceRequest, load_trace
 from tests.replay.conftest import SHARED_TRACE
 
 # Blocks of 4 tokens; the last block of the second and third requests is partial.

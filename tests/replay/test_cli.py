@@ -8,7 +8,7 @@ import orjson
 import typer
 from typer.testing import CliRunner
 
-from gateway.replay.cli import replay
+from gateway.tools.replay.cli import replay
 
 TINY_FLEET = [
     "--replicas",

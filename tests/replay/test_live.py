@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.replay.live import (
+from gateway.tools.replay.live import (
     LiveOutcome,
     block_text,
     first_model,
@@ -22,10 +22,10 @@ from gateway.replay.live import (
     replay_live,
     summarize_live,
 )
-from gateway.replay.trace import TraceRequest
-from gateway.sim.engine import Engine, GenerationRequest
-from gateway.sim.timing import TimingModel
-from gateway.sim.tokenizer import encode, render_chat
+from gateway.tools.replay.trace import TraceRequest
+from gateway.tools.sim.engine import Engine, GenerationRequest
+from gateway.tools.sim.timing import TimingModel
+from gateway.tools.sim.tokenizer import encode, render_chat
 
 
 def test_the_same_hash_id_gives_the_same_words() -> None:

@@ -6,10 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.replay.metrics import TokenPrice, parse_price, percentile, summarize
-from gateway.replay.offline import ReplayConfig, replay
-from gateway.replay.trace import TraceRequest
-from gateway.sim.timing import TimingModel
+from gateway.tools.replay.metrics import TokenPrice, parse_price, percentile, summarize
+from gateway.tools.replay.offline import ReplayConfig, replay
+from gateway.tools.replay.trace import TraceRequest
+from gateway.tools.sim.timing import TimingModel
 
 CONFIG = ReplayConfig(
     replicas=2,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.replay.offline import LoadSample, ReplayConfig, replay
-from gateway.replay.trace import TraceRequest
 from gateway.routing.policy import Tunables
-from gateway.sim.timing import TimingModel
+from gateway.tools.replay.offline import LoadSample, ReplayConfig, replay
+from gateway.tools.replay.trace import TraceRequest
+from gateway.tools.sim.timing import TimingModel
 
 TIMING = TimingModel(prefill_tokens_per_s=100, decode_tokens_per_s=10, max_num_seqs=64)
 

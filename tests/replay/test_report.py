@@ -8,13 +8,13 @@ from pathlib import Path
 
 import orjson
 
-from gateway.replay.analysis import analyze
-from gateway.replay.metrics import TokenPrice, summarize
-from gateway.replay.offline import ReplayConfig, replay
-from gateway.replay.report import ReportContext, policy_table, write_report
-from gateway.replay.trace import TraceRequest
 from gateway.routing.policy import DEFAULT_TUNABLES
-from gateway.sim.timing import TimingModel
+from gateway.tools.replay.analysis import analyze
+from gateway.tools.replay.metrics import TokenPrice, summarize
+from gateway.tools.replay.offline import ReplayConfig, replay
+from gateway.tools.replay.report import ReportContext, policy_table, write_report
+from gateway.tools.replay.trace import TraceRequest
+from gateway.tools.sim.timing import TimingModel
 
 TIMING = TimingModel(prefill_tokens_per_s=100, decode_tokens_per_s=10)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.replay.trace import TraceError, TraceRequest, load_trace
+from gateway.tools.replay.trace import TraceError, TraceRequest, load_trace
 
 
 def test_it_loads_every_request_in_order(tiny_path: Path) -> None:

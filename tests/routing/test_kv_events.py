@@ -19,9 +19,9 @@ from aiohttp import web
 from gateway.routing.exact import ExactIndex
 from gateway.routing.kv_events import KvEventConsumer, KvEventSource
 from gateway.routing.vllm_blocks import external
-from gateway.sim.events import KvEventsConfig
-from gateway.sim.server import REPLICA, SimConfig, create_app
-from gateway.sim.timing import TimingModel
+from gateway.tools.sim.events import KvEventsConfig
+from gateway.tools.sim.server import REPLICA, SimConfig, create_app
+from gateway.tools.sim.timing import TimingModel
 from tests.support.kv_relay import LossyRelay
 
 MODEL = "kvgate/demo-llama-8b"

@@ -10,7 +10,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from gateway.sim.server import SimConfig, create_app
+from gateway.tools.sim.server import SimConfig, create_app
 
 
 @dataclass(frozen=True)

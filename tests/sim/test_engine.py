@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.sim.engine import Engine, GenerationRequest
-from gateway.sim.timing import TimingModel
+from gateway.tools.sim.engine import Engine, GenerationRequest
+from gateway.tools.sim.timing import TimingModel
 
 
 def make_engine(

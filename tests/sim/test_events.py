@@ -11,9 +11,9 @@ import zmq.asyncio
 
 from gateway.routing.kv_wire import BlockStored, decode_batch, read_seq
 from gateway.routing.vllm_blocks import BlockHashing, external
-from gateway.sim.events import KvEventsConfig
-from gateway.sim.server import SimConfig
-from gateway.sim.timing import TimingModel
+from gateway.tools.sim.events import KvEventsConfig
+from gateway.tools.sim.server import SimConfig
+from gateway.tools.sim.timing import TimingModel
 from tests.sim.conftest import SimFactory
 
 MODEL = "kvgate/demo-llama-8b"

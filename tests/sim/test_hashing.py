@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from gateway.sim.hashing import NONE_HASH, block_hashes, extend_hashes
+from gateway.tools.sim.hashing import NONE_HASH, block_hashes, extend_hashes
 
 # Computed by vLLM 0.32 itself (kv_cache_utils.hash_block_tokens with sha256, no seed).
 FIRST_BLOCK_0123 = "9da1c53089c000ad1a79a77c143b68dda00e2a85315bc1f690bbd03ba4a195dd"

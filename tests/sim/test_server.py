@@ -10,9 +10,9 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.sim.server import SimConfig
-from gateway.sim.timing import TimingModel
-from gateway.sim.tokenizer import encode
+from gateway.tools.sim.server import SimConfig
+from gateway.tools.sim.timing import TimingModel
+from gateway.tools.sim.tokenizer import encode
 from tests.sim.conftest import SimFactory
 
 MODEL = "kvgate/demo-llama-8b"

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from gateway.sim.engine import Engine, GenerationRequest
-from gateway.sim.timing import TimingModel
+from gateway.tools.sim.engine import Engine, GenerationRequest
+from gateway.tools.sim.timing import TimingModel
 
 
 def test_defaults_and_durations() -> None:

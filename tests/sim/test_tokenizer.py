@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sim.tokenizer import (
+from gateway.tools.sim.tokenizer import (
     VOCAB_SIZE,
     TemplateError,
     encode,

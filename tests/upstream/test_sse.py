@@ -3,7 +3,7 @@ stream ends before its usage chunk."""
 
 from __future__ import annotations
 
-from gateway.sim.protocol import Reply
+from gateway.tools.sim.protocol import Reply
 from gateway.upstream.sse import EventSplitter, StreamState, inspect
 
 

@@ -1,0 +1,260 @@
+"""Hourly rollups: what the dashboard reads instead of scanning every request.
+
+The recorder calls ``add`` in the transaction that inserted the requests, with only the
+rows that insert actually created (``RETURNING``), so a record replayed from the journal
+never counts twice and rollups and requests commit or roll back together.
+
+    requests rows ──▶ usage_hours        sums per hour x tenant x model x price x status
+                 ├──▶ replica_hours      load and cache figures per hour x model x replica
+                 ├──▶ ttft_hours         log-bucket TTFT histogram per hour x tenant x model
+                 └──▶ interaction_cells  (tenant, interaction, model, hour) with a completion,
+                      interactions       so distinct completed interactions stay exact
+
+Sums are exact: tokens are integers and money is ``Money`` (integer nano-units on SQLite).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, bindparam, select, tuple_, update
+
+from gateway.db.models import (
+    InteractionCellRow,
+    InteractionRow,
+    ReplicaHourRow,
+    RequestRow,
+    TtftHourRow,
+    UsageHourRow,
+)
+from gateway.db.writer import bulk
+
+COMPLETED = "completed"
+UNPRICED = ""  # price_id of unpriced requests in rollup keys (key columns cannot be NULL)
+BUCKETS_PER_DOUBLING = 8
+LOWEST_BUCKET = -80  # 2**-10 ms: anything faster is "instant"
+HIGHEST_BUCKET = 160  # 2**20 ms, about 17 minutes
+COST_COLUMNS = (
+    "cost_uncached",
+    "cost_cache_read",
+    "cost_cache_write",
+    "cost_output",
+    "cost_total",
+    "cost_uncached_equivalent",
+)
+TOKEN_COLUMNS = ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+READ_COLUMNS = (
+    "request_id",
+    "tenant_id",
+    "interaction_id",
+    "model",
+    "upstream",
+    "started_at",
+    "first_token_at",
+    "status",
+    *TOKEN_COLUMNS,
+    "predicted_cached_tokens",
+    "ceiling_cached_tokens",
+    "price_id",
+    *COST_COLUMNS,
+)
+
+Row = Mapping[str, Any]
+
+
+def hour_of(moment: datetime) -> datetime:
+    """The UTC hour a moment falls in."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def ttft_bucket(ttft: timedelta) -> int:
+    """The histogram bucket k holding ``ttft``: 2**(k/8) ms <= ttft < 2**((k+1)/8) ms."""
+    micros = ttft // timedelta(microseconds=1)
+    if micros <= 0:
+        return LOWEST_BUCKET
+    bucket = math.floor(BUCKETS_PER_DOUBLING * math.log2(micros / 1000))
+    return min(max(bucket, LOWEST_BUCKET), HIGHEST_BUCKET)
+
+
+def bucket_upper_ms(bucket: int) -> float:
+    """The upper edge of a TTFT bucket, in milliseconds."""
+    return float(2 ** ((bucket + 1) / BUCKETS_PER_DOUBLING))
+
+
+def _prompt(row: Row) -> int:
+    return int(row["uncached_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"])
+
+
+def _usage_delta(row: Row) -> dict[str, Any]:
+    ceiling = row["ceiling_cached_tokens"]
+    has_ceiling = ceiling is not None
+    return {
+        "requests": 1,
+        **{name: row[name] for name in TOKEN_COLUMNS},
+        **{name: Decimal(row[name]) for name in COST_COLUMNS},
+        "completed_cells": 0,
+        "ceiling_requests": int(has_ceiling),
+        "ceiling_prompt_tokens": _prompt(row) if has_ceiling else 0,
+        "ceiling_cache_read_tokens": row["cache_read_tokens"] if has_ceiling else 0,
+        "ceiling_cached_tokens": ceiling or 0,
+        "avoidable_miss_tokens": max(ceiling - row["cache_read_tokens"], 0) if has_ceiling else 0,
+    }
+
+
+def _replica_delta(row: Row) -> dict[str, Any]:
+    predicted, ceiling = row["predicted_cached_tokens"], row["ceiling_cached_tokens"]
+    return {
+        "requests": 1,
+        "failed_requests": int(row["status"] != COMPLETED),
+        "prompt_tokens": _prompt(row),
+        "cache_read_tokens": row["cache_read_tokens"],
+        "output_tokens": row["output_tokens"],
+        "predicted_requests": int(predicted is not None),
+        "predicted_cached_tokens": predicted or 0,
+        "predicted_cache_read_tokens": row["cache_read_tokens"] if predicted is not None else 0,
+        "ceiling_requests": int(ceiling is not None),
+        "ceiling_prompt_tokens": _prompt(row) if ceiling is not None else 0,
+        "ceiling_cache_read_tokens": row["cache_read_tokens"] if ceiling is not None else 0,
+        "ceiling_cached_tokens": ceiling or 0,
+    }
+
+
+def _accumulate(
+    into: dict[tuple[Any, ...], dict[str, Any]], key: tuple[Any, ...], delta: dict[str, Any]
+) -> None:
+    current = into.get(key)
+    if current is None:
+        into[key] = delta
+    else:
+        for name, value in delta.items():
+            current[name] += value
+
+
+def add(connection: Connection, rows: Sequence[Row]) -> None:
+    """Fold newly inserted request rows (``record_row`` dicts) into every rollup."""
+    if not rows:
+        return
+    usage: dict[tuple[Any, ...], dict[str, Any]] = {}
+    replicas: dict[tuple[Any, ...], dict[str, Any]] = {}
+    ttft: dict[tuple[Any, ...], dict[str, Any]] = {}
+    cells: dict[tuple[str, str, str, datetime], tuple[Any, ...]] = {}
+    for row in rows:
+        hour = hour_of(row["started_at"])
+        usage_key = (
+            hour,
+            row["tenant_id"],
+            row["model"],
+            row["price_id"] or UNPRICED,
+            row["status"],
+        )
+        _accumulate(usage, usage_key, _usage_delta(row))
+        _accumulate(replicas, (hour, row["model"], row["upstream"]), _replica_delta(row))
+        if row["first_token_at"] is not None:
+            bucket = ttft_bucket(row["first_token_at"] - row["started_at"])
+            key = (hour, row["tenant_id"], row["model"], row["cache_read_tokens"] > 0, bucket)
+            _accumulate(ttft, key, {"requests": 1})
+        if row["status"] == COMPLETED:
+            cell = (row["tenant_id"], row["interaction_id"], row["model"], hour)
+            cells.setdefault(cell, usage_key)
+    for cell in _new_cells(connection, cells):
+        usage[cells[cell]]["completed_cells"] += 1
+    _upsert(connection, UsageHourRow.__table__, usage)  # type: ignore[arg-type]
+    _upsert(connection, ReplicaHourRow.__table__, replicas)  # type: ignore[arg-type]
+    _upsert(connection, TtftHourRow.__table__, ttft)  # type: ignore[arg-type]
+
+
+def _new_cells(
+    connection: Connection, cells: Mapping[tuple[str, str, str, datetime], Any]
+) -> list[tuple[str, str, str, datetime]]:
+    """Insert the cells; return those that were new, and flag interactions now in several."""
+    if not cells:
+        return []
+    table: Table = InteractionCellRow.__table__  # type: ignore[assignment]
+    params = [
+        {"tenant_id": t, "interaction_id": i, "model": m, "hour": h, "spans": False}
+        for t, i, m, h in sorted(cells)
+    ]
+    created = bulk.insert_rows(
+        connection,
+        table,
+        params,
+        conflict=None,
+        returning=["tenant_id", "interaction_id", "model", "hour"],
+    )
+    new = [(t, i, m, hour_of(h)) for t, i, m, h in created]
+    per_interaction: dict[tuple[str, str], int] = defaultdict(int)
+    for tenant, interaction, _model, _hour in new:
+        per_interaction[(tenant, interaction)] += 1
+    if not per_interaction:
+        return new
+    # The upsert takes the interaction's row lock, so of two writers adding cells to one
+    # interaction at once the second sees the first's count: "spans" is never missed.
+    counts = bulk.insert_rows(
+        connection,
+        InteractionRow.__table__,  # type: ignore[arg-type]
+        [
+            {"tenant_id": t, "interaction_id": i, "cells": n}
+            for (t, i), n in sorted(per_interaction.items())
+        ],
+        conflict=["tenant_id", "interaction_id"],
+        add=["cells"],
+        returning=["tenant_id", "interaction_id", "cells"],
+    )
+    spanning = [{"t": t, "i": i} for t, i, n in counts if n > 1]
+    if spanning:
+        connection.execute(
+            update(table)
+            .where(
+                table.c.tenant_id == bindparam("t"),
+                table.c.interaction_id == bindparam("i"),
+                table.c.spans.is_(False),
+            )
+            .values(spans=True)
+            .execution_options(synchronize_session=False),
+            sorted(spanning, key=lambda p: (p["t"], p["i"])),
+        )
+    return new
+
+
+def _upsert(
+    connection: Connection, table: Table, deltas: Mapping[tuple[Any, ...], Mapping[str, Any]]
+) -> None:
+    """Add the deltas to their rows, creating rows that do not exist yet."""
+    if not deltas:
+        return
+    keys = [column.name for column in table.primary_key.columns]
+    # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
+    rows = [
+        {**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())
+    ]
+    bulk.insert_rows(
+        connection, table, rows, conflict=keys, add=[name for name in rows[0] if name not in keys]
+    )
+
+
+def rebuild(connection: Connection, batch_size: int = 5000) -> int:
+    """Recompute every rollup from the requests table; returns the requests folded in."""
+    for model in (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow):
+        connection.execute(model.__table__.delete())  # type: ignore[attr-defined]
+    requests = RequestRow.__table__
+    order = (requests.c.started_at, requests.c.request_id)
+    # Only the columns rollups read, all there since 0001: migration 0002 runs this on
+    # databases that lack the requests columns later migrations add.
+    columns = [requests.c[name] for name in READ_COLUMNS]
+    folded, after = 0, None
+    while True:
+        # Keyset pages: no cursor stays open while the same connection writes.
+        query = select(*columns).order_by(*order).limit(batch_size)
+        if after is not None:
+            query = query.where(tuple_(*order) > tuple_(*after))
+        batch = connection.execute(query).mappings().all()
+        if not batch:
+            return folded
+        add(connection, cast(Sequence[Row], batch))
+        folded += len(batch)
+        after = (batch[-1]["started_at"], batch[-1]["request_id"])

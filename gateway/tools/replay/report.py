@@ -1,0 +1,330 @@
+"""The replay report: ``report.md`` (tables), ``report.json``, PNG plots and per-request CSVs.
+
+A report carries its own context (trace, fleet, cache definition, eviction, timing,
+tunables, kvgate version and git commit) so that a number read later can be reproduced.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.routing.policy import Tunables
+from gateway.tools.replay import plots
+from gateway.tools.replay.analysis import Distribution, TraceAnalysis
+from gateway.tools.replay.metrics import PolicySummary, TokenPrice
+from gateway.tools.replay.offline import PolicyRun
+from gateway.tools.replay.trace import TraceRequest
+from gateway.tools.sim.timing import TimingModel
+
+CACHE_DEFINITION = (
+    "token hit rate = cached prompt tokens / prompt tokens, token-weighted over all "
+    "requests; a token is cached when its whole block (of block_tokens) was held by the "
+    "replica when the request was scheduled; only full blocks count, and as in vLLM the "
+    "last prompt token is always computed"
+)
+EVICTION = (
+    "vLLM's prefix cache (gateway.tools.sim.cache.PrefixCache): blocks of running requests are "
+    "pinned; freed blocks join an LRU queue, a request's tail first; a new block evicts "
+    "the least recently freed block"
+)
+# The code whose changes would change a replay's numbers.
+REPLAY_CODE = ("gateway/routing", "gateway/tools/replay", "gateway/tools/sim")
+CEILING_DEFINITION = (
+    "infinite-cache ceiling: share of prompt tokens whose block and every block before it "
+    "had been seen earlier in the trace (one pool, nothing ever evicted); pooled ceiling: "
+    "one LRU PrefixCache of replicas x capacity blocks fed the requests in order"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportContext:
+    """How the numbers were made."""
+
+    trace: str
+    replicas: int
+    capacity_blocks: int
+    block_tokens: int
+    timing: TimingModel
+    index: str
+    tunables: Tunables
+    price: TokenPrice | None
+    version: str
+    commit: str
+
+
+def kvgate_version() -> str:
+    """The installed kvgate's version, or "unknown" when run from a bare checkout."""
+    try:
+        return metadata.version("kvgate")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def git_commit(directory: Path) -> str:
+    """HEAD's commit, with ``-dirty`` when the code the replay runs differs from it.
+
+    Only the routing, replay and simulator packages are compared: other work in progress
+    in the same checkout does not change the numbers.
+    """
+    try:
+        head = _git(directory, "rev-parse", "HEAD")
+        top = _git(directory, "rev-parse", "--show-toplevel")
+        dirty = _git(Path(top), "status", "--porcelain", "--", *REPLAY_CODE)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
+def _git(directory: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=directory, capture_output=True, text=True, check=True, timeout=10
+    )
+    return done.stdout.strip()
+
+
+def policy_table(summaries: Sequence[PolicySummary], *, priced: bool = False) -> str:
+    """The per-policy results as a Markdown table."""
+    header = [
+        "policy",
+        "token hit rate",
+        "efficiency",
+        "TTFT p50 (s)",
+        "TTFT p90 (s)",
+        "TTFT p99 (s)",
+        "queue mean (s)",
+        "queue p99 (s)",
+        "max/mean load",
+        "prefill tokens",
+    ]
+    if priced:
+        header += ["input cost (USD)", "cost/request (USD)"]
+    rows = [header, ["---"] * len(header)]
+    for s in summaries:
+        row = [
+            s.policy,
+            f"{100 * s.token_hit_rate:.2f}%",
+            f"{100 * s.efficiency:.1f}%",
+            f"{s.ttft_p50_s:.2f}",
+            f"{s.ttft_p90_s:.2f}",
+            f"{s.ttft_p99_s:.2f}",
+            f"{s.queue_mean_s:.2f}",
+            f"{s.queue_p99_s:.2f}",
+            f"{s.max_mean_load:.2f}",
+            f"{s.prefill_tokens:,}",
+        ]
+        if priced:
+            row += [f"{s.input_cost_usd}", f"{s.cost_per_request_usd}"]
+        rows.append(row)
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def to_json(
+    context: ReportContext, analysis: TraceAnalysis, summaries: Sequence[PolicySummary]
+) -> dict[str, Any]:
+    """The report as JSON-ready data; rates are fractions, money is a decimal string."""
+    return {
+        "requests": analysis.requests,
+        "ceiling": analysis.ceiling.rate,
+        "pooled_ceiling": analysis.pooled.rate,
+        "policies": {s.policy: _policy_json(s) for s in summaries},
+        "trace": {
+            "path": context.trace,
+            "prompt_tokens": analysis.ceiling.prompt_tokens,
+            "ceiling_cached_tokens": analysis.ceiling.cached_tokens,
+            "pooled_cached_tokens": analysis.pooled.cached_tokens,
+            "pooled_capacity_blocks": analysis.pooled_capacity_blocks,
+            "prompt_lengths": _distribution_json(analysis.prompt_lengths),
+            "repeat_intervals_s": _distribution_json(analysis.repeat_intervals),
+        },
+        "fleet": {
+            "replicas": context.replicas,
+            "capacity_blocks": context.capacity_blocks,
+            "block_tokens": context.block_tokens,
+            "index": context.index,
+            "eviction": EVICTION,
+            "timing": asdict(context.timing),
+            "tunables": asdict(context.tunables),
+        },
+        "definitions": {"cache": CACHE_DEFINITION, "ceiling": CEILING_DEFINITION},
+        "price_usd_per_million": None
+        if context.price is None
+        else {k: str(v) for k, v in asdict(context.price).items() if k != "id"},
+        "kvgate": {"version": context.version, "commit": context.commit},
+    }
+
+
+def to_markdown(
+    context: ReportContext, analysis: TraceAnalysis, summaries: Sequence[PolicySummary]
+) -> str:
+    """The human-readable report."""
+    timing = context.timing
+    t = context.tunables
+    lines = [
+        "# Routing replay",
+        "",
+        f"Trace `{context.trace}`: {analysis.requests:,} requests, "
+        f"{analysis.ceiling.prompt_tokens:,} prompt tokens.",
+        "",
+        f"- infinite-cache ceiling: **{100 * analysis.ceiling.rate:.2f}%**",
+        f"- pooled ceiling ({analysis.pooled_capacity_blocks:,} blocks in one LRU cache): "
+        f"**{100 * analysis.pooled.rate:.2f}%**",
+        "",
+        policy_table(summaries, priced=context.price is not None),
+        "",
+        "Efficiency = token hit rate / infinite-cache ceiling. Max/mean load = the busiest "
+        "replica's prefill tokens over the mean. Queue = arrival to prefill start.",
+        "",
+        "![hit rate](hit_rate.png)",
+        "![TTFT](ttft.png)",
+        "![load](load.png)",
+        "![trace](trace.png)",
+        "",
+        "## Setup",
+        "",
+        f"- fleet: {context.replicas} replicas x {context.capacity_blocks:,} blocks of "
+        f"{context.block_tokens} tokens",
+        f"- router's block index: {context.index}",
+        f"- kv-aware tunables: load_weight={t.load_weight}, running_tokens={t.running_tokens},"
+        f" imbalance_factor={t.imbalance_factor}, "
+        f"imbalance_floor_tokens={t.imbalance_floor_tokens}",
+        f"- timing: prefill {timing.prefill_tokens_per_s:g} uncached tokens/s, one prefill "
+        f"at a time in order; decode {timing.decode_tokens_per_s:g} tokens/s per sequence; "
+        f"at most {timing.max_num_seqs} sequences per replica",
+        f"- eviction: {EVICTION}",
+        f"- cache definition: {CACHE_DEFINITION}",
+        f"- ceilings: {CEILING_DEFINITION}",
+        f"- kvgate {context.version}, commit `{context.commit}`",
+    ]
+    if context.price is not None:
+        p = context.price
+        lines.append(
+            f"- price (USD per million tokens): input {p.input}, cache read {p.cache_read}, "
+            f"output {p.output}; input cost = uncached x input + cached x cache read"
+        )
+    lines += [
+        "",
+        "## Trace shape",
+        "",
+        _distribution_table(
+            ("prompt tokens", analysis.prompt_lengths),
+            ("repeat interval (s)", analysis.repeat_intervals),
+        ),
+        "",
+        "Repeat interval: time between two uses of the same block, over every reuse.",
+        "",
+        "Per-request rows: `requests-<policy>.csv`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(
+    directory: Path,
+    *,
+    context: ReportContext,
+    analysis: TraceAnalysis,
+    requests: Sequence[TraceRequest],
+    runs: Sequence[PolicyRun],
+    summaries: Sequence[PolicySummary],
+) -> None:
+    """Write report.md, report.json, the plots and one CSV per policy into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "report.md").write_text(to_markdown(context, analysis, summaries))
+    data = to_json(context, analysis, summaries)
+    (directory / "report.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    for run in runs:
+        write_csv(directory / f"requests-{run.policy}.csv", run)
+    plots.hit_rates(directory / "hit_rate.png", summaries, analysis)
+    plots.ttft(directory / "ttft.png", runs)
+    plots.load(directory / "load.png", runs)
+    plots.trace_shape(directory / "trace.png", requests)
+
+
+def write_csv(path: Path, run: PolicyRun) -> None:
+    """One row per request: arrival, replica, tokens, cached tokens, queueing, TTFT."""
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(
+            [
+                "arrival_s",
+                "replica",
+                "prompt_tokens",
+                "cached_tokens",
+                "predicted_cached_tokens",
+                "output_tokens",
+                "queue_s",
+                "ttft_s",
+            ]
+        )
+        for o in run.outcomes:
+            writer.writerow(
+                [
+                    f"{o.arrival_s:.3f}",
+                    o.replica,
+                    o.prompt_tokens,
+                    o.cached_tokens,
+                    o.predicted_cached_tokens,
+                    o.output_tokens,
+                    f"{o.queue_s:.6f}",
+                    f"{o.ttft_s:.6f}",
+                ]
+            )
+
+
+def _policy_json(s: PolicySummary) -> dict[str, Any]:
+    return {
+        "token_hit_rate": s.token_hit_rate,
+        "efficiency": s.efficiency,
+        "ttft_p50_s": s.ttft_p50_s,
+        "ttft_p90_s": s.ttft_p90_s,
+        "ttft_p99_s": s.ttft_p99_s,
+        "queue_mean_s": s.queue_mean_s,
+        "queue_p99_s": s.queue_p99_s,
+        "max_mean_load": s.max_mean_load,
+        "prefill_tokens": s.prefill_tokens,
+        "prompt_tokens": s.prompt_tokens,
+        "cached_tokens": s.cached_tokens,
+        "predicted_cached_tokens": s.predicted_cached_tokens,
+        "prefill_tokens_per_replica": list(s.prefill_tokens_per_replica),
+        "requests_per_replica": list(s.requests_per_replica),
+        "input_cost_usd": None if s.input_cost_usd is None else str(s.input_cost_usd),
+        "cost_per_request_usd": (
+            None if s.cost_per_request_usd is None else str(s.cost_per_request_usd)
+        ),
+    }
+
+
+def _distribution_json(d: Distribution) -> dict[str, Any]:
+    return {
+        "count": d.count,
+        "mean": d.mean,
+        "min": d.minimum,
+        "max": d.maximum,
+        **{f"p{q}": v for q, v in d.quantiles},
+    }
+
+
+def _distribution_table(*named: tuple[str, Distribution]) -> str:
+    percents = [q for q, _ in named[0][1].quantiles]
+    header = ["", "count", "mean", "min", *[f"p{q}" for q in percents], "max"]
+    rows = [header, ["---"] * len(header)]
+    for name, d in named:
+        rows.append(
+            [
+                name,
+                f"{d.count:,}",
+                f"{d.mean:,.1f}",
+                f"{d.minimum:,.1f}",
+                *[f"{v:,.1f}" for _, v in d.quantiles],
+                f"{d.maximum:,.1f}",
+            ]
+        )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
