@@ -28,9 +28,11 @@ from gateway.db.session import make_engine, session_factory
 from gateway.metrics import Metrics
 from gateway.routing.fleet import Fleet
 from gateway.routing.peers import PeerLink, peer_directory
+from gateway.serving.backend import Backend
 from gateway.serving.context import new_request_id
-from gateway.serving.hosted import build_provider_proxy
-from gateway.serving.vllm import Proxy
+from gateway.serving.hosted import build_hosted
+from gateway.serving.path import Serving
+from gateway.serving.vllm import VllmBackend
 from gateway.upstream.vllm import make_session
 from pricing.book import PriceBook
 
@@ -132,17 +134,22 @@ def create_app(settings: Settings) -> FastAPI:
         recorder.start()
         state.http = make_session()
         state.ledger = ledger = Ledger(
-            book=await asyncio.to_thread(load_prices), recorder=recorder, metrics=metrics
+            book=await asyncio.to_thread(load_prices),
+            recorder=recorder,
+            observers=[metrics.observe],
         )
-        state.proxy = proxy = Proxy(
-            secret=settings.secret,
-            session=state.http,
-            fleets={name: Fleet(d) for name, d in state.deployments.items() if d.backend == "vllm"},
-            ledger=ledger,
-        )
-
+        state.fleets = fleets = {
+            name: Fleet(d) for name, d in state.deployments.items() if d.backend == "vllm"
+        }
+        backends: dict[str, Backend] = {}
+        if fleets:
+            vllm = VllmBackend(secret=settings.secret, session=state.http, fleets=fleets)
+            backends.update(dict.fromkeys(fleets, vllm))
         # litellm is imported (seconds) only when a deployment needs it, and before serving.
-        state.providers = await build_provider_proxy(settings, state.deployments, ledger)
+        hosted = await build_hosted(settings, state.deployments)
+        if hosted is not None:
+            backends.update(dict.fromkeys(hosted.deployments, hosted))
+        state.serving = Serving(ledger=ledger, backends=backends)
 
         async def refresh_prices() -> None:
             ledger.book = await asyncio.to_thread(load_prices)
@@ -158,7 +165,7 @@ def create_app(settings: Settings) -> FastAPI:
                 metrics.peer_messages.labels("sent").set(state.peers.sent)
                 metrics.peer_messages.labels("received").set(state.peers.received)
                 metrics.peer_messages.labels("dropped").set(state.peers.dropped)
-            for name, fleet in proxy.fleets.items():
+            for name, fleet in fleets.items():
                 now = time.monotonic()
                 for replica in fleet.replicas:
                     metrics.replica_up.labels(name, replica.url).set(replica.available(now))
@@ -175,14 +182,14 @@ def create_app(settings: Settings) -> FastAPI:
         state.refresh_gauges = refresh_gauges
 
         async def check_replicas() -> None:
-            await asyncio.gather(*(f.check_health(state.http) for f in proxy.fleets.values()))
+            await asyncio.gather(*(f.check_health(state.http) for f in fleets.values()))
 
         async def read_loads() -> None:
-            await asyncio.gather(*(f.read_loads(state.http) for f in proxy.fleets.values()))
+            await asyncio.gather(*(f.read_loads(state.http) for f in fleets.values()))
 
         # Block size and hashing come from the replicas: learned before the first request.
         await read_loads()
-        consumers = [c for f in proxy.fleets.values() for c in f.event_consumers()]
+        consumers = [c for f in fleets.values() for c in f.event_consumers()]
         for consumer in consumers:
             consumer.start()
         tasks = [
@@ -197,13 +204,13 @@ def create_app(settings: Settings) -> FastAPI:
             def apply_peer(
                 kind: int, name: str, replica: str, hashes: Any, reported: int, predicted: int
             ) -> None:
-                fleet = proxy.fleets.get(name)
+                fleet = fleets.get(name)
                 if fleet is not None:
                     fleet.apply_peer(kind, replica, hashes, reported, predicted)
 
             peers = PeerLink(peer_directory(settings.journal_dir), apply_peer)
             peers.open()
-            for fleet in proxy.fleets.values():
+            for fleet in fleets.values():
                 fleet.peers = peers
 
             async def refresh_peers() -> None:

@@ -13,8 +13,10 @@
     └── UpstreamError                502 upstream_error
         └── UpstreamUnavailable      503 upstream_error / no_healthy_replica
 
-Handlers raise these and never catch; ``install`` maps them (and FastAPI's validation
-errors, and anything unexpected) to ``{"error": {"message", "type", "param", "code"}}``.
+An error with ``retryable`` set happened before any byte of an answer: the request path
+may try another attempt. Handlers raise these and never catch; ``install`` maps them (and
+FastAPI's validation errors, and anything unexpected) to
+``{"error": {"message", "type", "param", "code"}}``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class KvgateError(Exception):
     status = 500
     type = "internal_error"
     code: str | None = None
+    retryable = False
 
     def __init__(
         self,

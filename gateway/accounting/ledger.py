@@ -1,20 +1,21 @@
-"""The ledger: the price book in force, and the one place an attempt becomes a Record.
+"""The ledger: the price book in force, and where records are kept.
 
-Both request paths (vLLM replicas, litellm providers) hand their attempts here, so every
-record is priced the same way: the entry for the model with the latest ``effective_from``
-not after the attempt's start, per token class (and service tier, where one was reported).
+Every request path prices its attempts here, so every record is priced the same way: the
+entry for the model with the latest ``effective_from`` not after the attempt's start, per
+token class (and service tier, where one was reported). Kept records are journaled first,
+then shown to the observers (the metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
 from gateway.accounting.recorder import Recorder
-from gateway.accounting.records import Record, Status
-from gateway.auth import Principal
-from gateway.metrics import Metrics
+from gateway.accounting.records import Record
 from gateway.usage import Usage
 from pricing.book import Price, PriceBook
 from pricing.cost import Cost, compute
@@ -22,77 +23,59 @@ from pricing.cost import Cost, compute
 log = logging.getLogger("kvgate.ledger")
 
 
-class Ledger:
-    """Prices attempts, and keeps their records (journal first, then metrics)."""
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """An attempt's price: the entry used (None when the model has none), its rate set and
+    the cost per token class."""
 
-    def __init__(self, *, book: PriceBook, recorder: Recorder, metrics: Metrics) -> None:
-        self.book = book  # replaced whole by the app's periodic refresh
+    price_id: str | None
+    rate_class: str | None
+    cost: Cost
+
+
+UNPRICED = Priced(price_id=None, rate_class=None, cost=Cost())
+
+
+class Ledger:
+    """Prices attempts, and keeps their records (journal first, then the observers)."""
+
+    def __init__(
+        self,
+        *,
+        book: PriceBook,
+        recorder: Recorder,
+        observers: Iterable[Callable[[Record], None]] = (),
+    ) -> None:
+        self.book = book  # replaced whole by the app's refresh
         self.recorder = recorder
-        self.metrics = metrics
+        self.observers = tuple(observers)
         self._unpriced_logged: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
 
     def price_for(self, model: str, *, at: datetime) -> Price | None:
+        """The entry in force for ``model`` at ``at``; a model without one is logged once."""
         price = self.book.price_for(model, at=at)
         if price is None and model not in self._unpriced_logged:
             self._unpriced_logged.add(model)
             log.warning("no price in force for model %r: its requests are recorded unpriced", model)
         return price
 
-    def record(
-        self,
-        *,
-        request_id: str,
-        attempt: int,
-        principal: Principal,
-        interaction_id: str,
-        deployment: str,
-        bills_as: str,
-        upstream: str,
-        policy: str,
-        stream: bool,
-        started_at: datetime,
-        status: Status,
-        usage: Usage,
-        first_token_at: datetime | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-        service_tier: str | None = None,
-        predicted_cached_tokens: int | None = None,
-        ceiling_cached_tokens: int | None = None,
-    ) -> Record:
-        """One attempt, priced with the entry in force at its start."""
-        price = self.price_for(bills_as, at=started_at)
-        return Record(
-            request_id=request_id,
-            tenant_id=principal.tenant_id,
-            api_key_id=principal.api_key_id,
-            interaction_id=interaction_id,
-            attempt=attempt,
-            model=deployment,
-            deployment=deployment,
-            upstream=upstream,
-            policy=policy,
-            started_at=started_at,
-            first_token_at=first_token_at,
-            ended_at=datetime.now(UTC),
-            status=status,
-            finish_reason=finish_reason,
-            usage=usage,
-            price_id=price.id if price else None,
-            rate_class=price.rate_class(usage.prompt_tokens, service_tier) if price else None,
-            cost=compute(usage, price, tier=service_tier) if price else Cost(),
-            stream=stream,
-            error=error,
-            predicted_cached_tokens=predicted_cached_tokens,
-            ceiling_cached_tokens=ceiling_cached_tokens,
-            extra={"service_tier": service_tier} if service_tier else {},
+    def price(self, model: str, *, at: datetime, usage: Usage, tier: str | None) -> Priced:
+        """What ``usage`` of ``model`` cost when started at ``at``, in the tier reported."""
+        price = self.price_for(model, at=at)
+        if price is None:
+            return UNPRICED
+        return Priced(
+            price_id=price.id,
+            rate_class=price.rate_class(usage.prompt_tokens, tier),
+            cost=compute(usage, price, tier=tier),
         )
 
     async def keep(self, record: Record) -> None:
-        """Durable in the journal, then counted."""
+        """Durable in the journal, then observed."""
         await self.recorder.record(record)
-        self.metrics.observe(record)
+        for observe in self.observers:
+            observe(record)
 
     def keep_later(self, record: Record) -> None:
         """Keep from a cancelled task, where awaiting is no longer possible."""

@@ -8,7 +8,6 @@ as everywhere else.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 import orjson
 from starlette.requests import Request
@@ -51,10 +50,7 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
         deployment=deployment,
         call=call,
     )
-    proxy: Upstream = state.providers if deployment.backend == "litellm" else state.proxy
-    if call.stream:
-        return await proxy.open_stream(ctx)
-    return await proxy.complete(ctx)
+    return await state.serving.serve(ctx)  # type: ignore[no-any-return]
 
 
 async def chat_completions(request: Request) -> Response:
@@ -77,13 +73,6 @@ async def models(request: Request) -> Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class Upstream(Protocol):
-    """What serves a call: the vLLM proxy, or the litellm provider proxy."""
-
-    async def complete(self, ctx: Context) -> Response: ...
-    async def open_stream(self, ctx: Context) -> Response: ...
 
 
 # The inference paths: served by ``serve`` straight from the app's __call__, past

@@ -1,14 +1,23 @@
-"""What every request path shares: the request's context, its id, and the clock."""
+"""The values every request path shares: a request, its attempts and how each ended.
+
+Context   one client request (who, which deployment, the parsed call), for all attempts
+Attempt   one try of it on one upstream (a replica, or a provider target)
+Outcome   how an attempt ended: status, usage, first token, finish reason, tier, error
+Expectation  what routing expected of the attempt (predicted and ceiling cached tokens)
+"""
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from gateway.accounting.records import Status
 from gateway.api.calls import Call
 from gateway.auth import Principal
-from gateway.config import Deployment
+from gateway.config import AnyDeployment
+from gateway.usage import Usage
 
 
 def new_request_id() -> str:
@@ -28,5 +37,51 @@ class Context:
     request_id: str
     interaction_id: str
     principal: Principal
-    deployment: Deployment
+    deployment: AnyDeployment
     call: Call
+
+    def attempt_id(self, number: int) -> str:
+        """The first attempt keeps the request id; later ones are ``<id>.<n>``."""
+        return self.request_id if number == 1 else f"{self.request_id}.{number}"
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try of a request on one upstream; ``hold`` is the backend's own handle on it
+    (a replica placement, a provider target)."""
+
+    request_id: str
+    number: int
+    upstream: str
+    bills_as: str
+    policy: str
+    hold: Any = None
+    started_at: datetime = field(default_factory=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one attempt ended, as far as billing and routing care."""
+
+    status: Status
+    usage: Usage
+    first_token_at: datetime | None = None
+    finish_reason: str | None = None
+    service_tier: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, error: str) -> Outcome:
+        """An attempt that got no answer to bill."""
+        return cls(status=Status.FAILED, usage=Usage.missing(), error=error)
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What routing predicted for an attempt, and what a perfect cache would have served."""
+
+    predicted_cached_tokens: int | None = None
+    ceiling_cached_tokens: int | None = None
+
+
+NO_EXPECTATION = Expectation()

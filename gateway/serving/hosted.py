@@ -1,61 +1,44 @@
-"""The request path for litellm deployments: try each target in order, price, record.
+"""The hosted backend through litellm: each deployment's targets, tried in order.
 
-    Call ─▶ targets (primary, then fallbacks) ─▶ providers (litellm) ─▶ Usage + service tier
-         ─▶ the target's price in force at the attempt's start ─▶ Cost ─▶ Record (durable)
-         ─▶ the response, with kvgate's usage and cost
+    plan     the deployment's targets (primary, then fallbacks), one attempt each
+    send     litellm's completion, its usage normalised (``gateway.usage.from_litellm``)
+    open     litellm's stream, its first chunk read before the client sees a byte, so a
+             provider that fails at once fails over like a non-streamed call
 
 A failed attempt (connect error, timeout, 429, 5xx) is recorded and the next target is
-tried as another attempt of the same interaction; a stream fails over only before its
-first byte reached the client. As on the vLLM path, a stream's usage chunk and ``[DONE]``
-go out only once its record is durable, and a stream the client abandons is recorded as
-``cancelled`` with the tokens it had so far.
+tried as another attempt of the same interaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
-from starlette.responses import Response
-
-from gateway.accounting.ledger import Ledger
-from gateway.accounting.records import Record, Status
+from gateway.accounting.records import Status
 from gateway.api.calls import Endpoint, forwardable
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
-from gateway.errors import InvalidRequest, error_body
-from gateway.serving.context import Context
-from gateway.serving.streaming import EventStream
-from gateway.upstream import sse
-from gateway.upstream.providers import (
-    ProviderFailure,
-    ProviderRequest,
-    Providers,
-    ProviderStream,
-    now,
-)
-from gateway.usage import Usage, to_openai
+from gateway.errors import InvalidRequest, KvgateError
+from gateway.serving.backend import Answer
+from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
+from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
 
 log = logging.getLogger("kvgate.providers")
 POLICY = "fallback"
 
 
-@dataclass(slots=True)
-class Attempt:
-    """One try of a request on one target."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The targets of one request, in the order they are tried."""
 
-    request_id: str
-    number: int
-    target: ProviderTarget
-    started_at: datetime = field(default_factory=now)
+    targets: tuple[ProviderTarget, ...]
 
 
-class ProviderProxy:
-    """Everything a litellm request needs, built once by the app's lifespan."""
+class HostedBackend:
+    """Serves every litellm deployment; built once by the app's lifespan."""
 
     def __init__(
         self,
@@ -63,16 +46,13 @@ class ProviderProxy:
         providers: Providers,
         deployments: Mapping[str, ProviderDeployment],
         keys: Mapping[str, str],
-        ledger: Ledger,
     ) -> None:
         self.providers = providers
         self.deployments = dict(deployments)
         self.keys = dict(keys)
-        self.ledger = ledger
 
-    # -- building blocks ------------------------------------------------------------------
-
-    def _targets(self, ctx: Context) -> tuple[ProviderTarget, ...]:
+    async def plan(self, ctx: Context) -> Plan:
+        """The deployment's targets; only chat is served through litellm."""
         if ctx.call.endpoint is not Endpoint.CHAT:
             raise InvalidRequest(
                 f"model '{ctx.call.model}' is served through a chat API only; "
@@ -82,170 +62,108 @@ class ProviderProxy:
         # The vLLM path's limit, checked before litellm's own json gives up (about 1000
         # levels, as a connection error): the same body is refused the same way on both.
         forwardable(ctx.call.body)
-        return self.deployments[ctx.deployment.name].targets
+        return Plan(self.deployments[ctx.deployment.name].targets)
 
-    def _start(self, ctx: Context, number: int, target: ProviderTarget) -> Attempt:
-        request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"
-        return Attempt(request_id=request_id, number=number, target=target)
+    def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
+        """Attempt ``number`` goes to the ``number``-th target."""
+        target = plan.targets[number - 1]
+        return Attempt(
+            request_id=ctx.attempt_id(number),
+            number=number,
+            upstream=target.litellm_model,
+            bills_as=target.bills_as,
+            policy=POLICY,
+            hold=target,
+        )
 
-    def _request(self, ctx: Context, target: ProviderTarget) -> ProviderRequest:
+    def _request(self, ctx: Context, attempt: Attempt) -> ProviderRequest:
+        target = attempt.hold
+        assert isinstance(target, ProviderTarget)
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
         return ProviderRequest(
             target=target, body=ctx.call.body, api_key=key, stream=ctx.call.stream
         )
 
-    def make_record(
-        self,
-        ctx: Context,
-        attempt: Attempt,
-        *,
-        status: Status,
-        usage: Usage,
-        first_token_at: datetime | None = None,
-        finish_reason: str | None = None,
-        service_tier: str | None = None,
-        error: str | None = None,
-    ) -> Record:
-        """Price the attempt with its target's entry in force at its start, for its tier."""
-        return self.ledger.record(
-            request_id=attempt.request_id,
-            attempt=attempt.number,
-            principal=ctx.principal,
-            interaction_id=ctx.interaction_id,
-            deployment=ctx.deployment.name,
-            bills_as=attempt.target.bills_as,
-            upstream=attempt.target.litellm_model,
-            policy=POLICY,
-            stream=ctx.call.stream,
-            started_at=attempt.started_at,
-            status=status,
-            usage=usage,
-            first_token_at=first_token_at,
-            finish_reason=finish_reason,
-            error=error,
-            service_tier=service_tier,
-        )
-
-    async def _fail(
-        self, ctx: Context, attempt: Attempt, error: ProviderFailure, last: bool
-    ) -> None:
-        await self.ledger.keep(
-            self.make_record(
-                ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message
-            )
-        )
-        if last or not error.retryable:
-            raise error
-
-    # -- non-streaming ----------------------------------------------------------------------
-
-    async def complete(self, ctx: Context) -> Response:
-        targets = self._targets(ctx)
-        for number, target in enumerate(targets, start=1):
-            attempt = self._start(ctx, number, target)
-            try:
-                reply = await self.providers.complete(self._request(ctx, target))
-            except ProviderFailure as exc:
-                await self._fail(ctx, attempt, exc, last=number == len(targets))
-                continue
-            record = self.make_record(
-                ctx,
-                attempt,
+    async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
+        """One litellm completion."""
+        reply = await self.providers.complete(self._request(ctx, attempt))
+        return Answer(
+            body=reply.body,
+            upstream_usage=reply.raw_usage,
+            outcome=Outcome(
                 status=Status.COMPLETED,
                 usage=reply.usage,
                 finish_reason=reply.finish_reason,
                 service_tier=reply.service_tier,
-            )
-            await self.ledger.keep(record)
-            reply.body["usage"] = billed_usage(record)
-            return Response(orjson.dumps(reply.body), media_type="application/json")
-        raise AssertionError("unreachable: the last failure raises")
+            ),
+        )
 
-    # -- streaming --------------------------------------------------------------------------
+    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> HostedStream:
+        """One litellm stream, its first chunk already read."""
+        return HostedStream(await self.providers.open_stream(self._request(ctx, attempt)))
 
-    async def open_stream(self, ctx: Context) -> Response:
-        """Open a stream on the first target that answers, then relay it."""
-        targets = self._targets(ctx)
-        for number, target in enumerate(targets, start=1):
-            attempt = self._start(ctx, number, target)
-            try:
-                stream = await self.providers.open_stream(self._request(ctx, target))
-            except ProviderFailure as exc:
-                await self._fail(ctx, attempt, exc, last=number == len(targets))
-                continue
-            return EventStream(self._relay(ctx, attempt, stream))
-        raise AssertionError("unreachable: the last failure raises")
+    def first_token(self, attempt: Attempt) -> None:
+        """Nothing to tell: providers do their own scheduling."""
 
-    async def _relay(
-        self, ctx: Context, attempt: Attempt, stream: ProviderStream
-    ) -> AsyncGenerator[bytes, None]:
-        error: ProviderFailure | None = None
-        try:
-            async for event in stream.events():
-                yield event
-        except ProviderFailure as exc:
-            error = exc
-        except BaseException:
-            # The client went away: closing litellm's stream below cancels the provider call.
-            self.ledger.keep_later(
-                self.make_record(
-                    ctx,
-                    attempt,
-                    status=Status.CANCELLED,
-                    usage=stream.usage_so_far(),
-                    first_token_at=stream.first_at,
-                    finish_reason=stream.finish_reason,
-                    service_tier=stream.service_tier,
-                    error="client disconnected",
-                )
-            )
-            raise
-        finally:
-            await stream.close()
-        record = self.make_record(
-            ctx,
-            attempt,
-            status=Status.FAILED if error else Status.COMPLETED,
-            usage=stream.usage_so_far() if error else stream.usage(),
+    def learn(self, plan: Plan, attempt: Attempt, outcome: Outcome) -> Expectation:
+        """Hosted caches are the providers' own: nothing to predict."""
+        return NO_EXPECTATION
+
+    def release(self, attempt: Attempt) -> None:
+        """Nothing is held per attempt."""
+
+    def can_retry(self, plan: Plan, attempt: Attempt) -> bool:
+        """Another target remains."""
+        return attempt.number < len(plan.targets)
+
+    def exhausted(self, error: KvgateError) -> KvgateError:
+        """The last target's failure, as the provider answered."""
+        return error
+
+
+class HostedStream:
+    """A litellm stream as OpenAI SSE events; its usage is known once it has ended."""
+
+    def __init__(self, stream: ProviderStream) -> None:
+        self.stream = stream
+
+    @property
+    def first_token_at(self) -> datetime | None:
+        """When the first chunk arrived (read before the stream was handed on)."""
+        return self.stream.first_at
+
+    @property
+    def usage_chunk(self) -> dict[str, Any] | None:
+        """The provider's usage-only chunk, held back."""
+        return self.stream.usage_chunk
+
+    def events(self) -> AsyncIterator[bytes]:
+        """Each content chunk as one ``data:`` event."""
+        return self.stream.events()
+
+    def outcome(self, *, ended: bool, error: str | None) -> Outcome:
+        """Reported usage of a finished stream; the tokens so far of one that was not."""
+        stream = self.stream
+        return Outcome(
+            status=Status.COMPLETED if ended else Status.FAILED,
+            usage=stream.usage() if ended else stream.usage_so_far(),
             first_token_at=stream.first_at,
             finish_reason=stream.finish_reason,
             service_tier=stream.service_tier,
-            error=error.message if error else None,
+            error=error,
         )
-        await self.ledger.keep(record)
-        if error is not None:
-            yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
-            return
-        if ctx.call.client_wants_usage:
-            chunk = dict(stream.usage_chunk or {"object": "chat.completion.chunk"})
-            chunk["choices"] = []
-            chunk["usage"] = billed_usage(record)
-            yield sse.encode(chunk)
-        yield sse.DONE + b"\n\n"
+
+    async def close(self) -> None:
+        """Closing litellm's stream closes the provider connection."""
+        await self.stream.close()
 
 
-async def build_provider_proxy(
-    settings: Settings, deployments: Mapping[str, Any], ledger: Ledger
-) -> ProviderProxy | None:
-    """The litellm path, sharing the vLLM path's ledger; None if no model uses it."""
+async def build_hosted(settings: Settings, deployments: Mapping[str, Any]) -> HostedBackend | None:
+    """The litellm backend; None if no model uses it (litellm is then never imported)."""
     chosen = {n: d for n, d in deployments.items() if isinstance(d, ProviderDeployment)}
     if not chosen:
         return None
     providers = Providers()
     await asyncio.to_thread(providers.load)
     log.info("litellm %s loaded for %d model(s)", providers.version, len(chosen))
-    return ProviderProxy(
-        providers=providers,
-        deployments=chosen,
-        keys=settings.provider_keys(),
-        ledger=ledger,
-    )
-
-
-def billed_usage(record: Record) -> dict[str, Any]:
-    """OpenAI's usage shape from the record's classes, with writes and kvgate's cost."""
-    usage = to_openai(record.usage)
-    usage["prompt_tokens_details"]["cache_write_tokens"] = record.usage.cache_write_tokens
-    usage["cost"] = f"{record.cost.total:f}" if record.priced else None
-    usage["usage_source"] = record.usage.source.value
-    return usage
+    return HostedBackend(providers=providers, deployments=chosen, keys=settings.provider_keys())

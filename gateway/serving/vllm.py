@@ -1,350 +1,242 @@
-"""The request path for vLLM deployments: choose a replica, call it, price, record.
+"""The vLLM backend: a pool of replicas behind each deployment, chosen by the routing fleet.
 
-    Call ─▶ upstream body (model, cache_salt, include_usage) ─▶ fleet.choose
-         ─▶ aiohttp call (one failover on connect errors, as a new attempt)
-         ─▶ Usage ─▶ price in force at the attempt's start ─▶ Cost ─▶ Record (durable)
-         ─▶ the upstream's response, with usage.cost added, last
-
-Streams pass through event by event; the usage-only chunk and ``[DONE]`` are held back
-until the record is durable, so a client that saw a stream finish always has its record.
+plan     the upstream body once (served model name, the tenant's cache salt, usage always
+         asked for) and the request's route (its salted block hashes)
+start    fleet.place: a replica for the attempt (up to two, on connect errors)
+send     one aiohttp POST; open: the same, streamed, events split and inspected
+learn    the reported cached tokens correct the routing index
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 import orjson
-from starlette.responses import Response
 
-from gateway.accounting.ledger import Ledger
-from gateway.accounting.records import Record, Status
+from gateway.accounting.records import Status
 from gateway.api.calls import forwardable
 from gateway.auth import cache_salt
 from gateway.config import Deployment
-from gateway.errors import (
-    KvgateError,
-    UpstreamError,
-    UpstreamRejected,
-    UpstreamUnavailable,
-    error_body,
-)
-from gateway.routing.fleet import Fleet, Placement, Replica, Route
-from gateway.serving.context import Context, now
-from gateway.serving.streaming import EventStream
+from gateway.errors import KvgateError, UpstreamError, UpstreamRejected, UpstreamUnavailable
+from gateway.routing.fleet import Fleet, Placement, Route
+from gateway.serving.backend import Answer, NoUpstream
+from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
 from gateway.usage import Usage, UsageSource, from_openai
 
-log = logging.getLogger("kvgate.proxy")
 MAX_ATTEMPTS = 2
 CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
 
 
-@dataclass(slots=True)
-class Attempt:
-    """One try of a request on one replica."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every attempt of one request shares."""
 
-    request_id: str
-    number: int
+    fleet: Fleet
+    body: bytes
     route: Route
-    placement: Placement
-    started_at: datetime = field(default_factory=now)
-
-    @property
-    def replica(self) -> Replica:
-        return self.placement.replica
+    timeout: aiohttp.ClientTimeout
+    tried: set[str]
 
 
-class Proxy:
-    """Everything a vLLM request needs, built once by the app's lifespan."""
+class VllmBackend:
+    """Serves every vLLM deployment; built once by the app's lifespan."""
 
     def __init__(
-        self,
-        *,
-        secret: str,
-        session: aiohttp.ClientSession,
-        fleets: dict[str, Fleet],
-        ledger: Ledger,
+        self, *, secret: str, session: aiohttp.ClientSession, fleets: Mapping[str, Fleet]
     ) -> None:
         self.secret = secret
         self.session = session
-        self.fleets = fleets
-        self.ledger = ledger
-        self._timeouts: dict[str, aiohttp.ClientTimeout] = {}
+        self.fleets = dict(fleets)
+        self._timeouts = {
+            name: aiohttp.ClientTimeout(
+                total=fleet.deployment.timeout_s, sock_connect=fleet.deployment.connect_timeout_s
+            )
+            for name, fleet in self.fleets.items()
+        }
 
-    # -- building blocks ------------------------------------------------------------------
-
-    async def prepare(self, ctx: Context) -> tuple[bytes, Route]:
-        """The upstream body (served model name, tenant salt, usage asked for) and the
-        request's route (its salted block hashes), both computed once for every attempt."""
-        call = ctx.call
+    async def plan(self, ctx: Context) -> Plan:
+        """The upstream body and the route, computed once for every attempt."""
+        call, fleet = ctx.call, self.fleets[ctx.deployment.name]
         salt = cache_salt(self.secret, ctx.principal.cache_scope, call.client_salt)
         body = dict(call.body)
-        body["model"] = ctx.deployment.served_name
+        body["model"] = fleet.deployment.served_name
         body["cache_salt"] = salt
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
-        route = await self.fleets[ctx.deployment.name].route_async(
+        route = await fleet.route_async(
             call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id
         )
-        return encoded, route
+        return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set())
 
-    def _timeout(self, deployment: Deployment) -> aiohttp.ClientTimeout:
-        timeout = self._timeouts.get(deployment.name)
-        if timeout is None:
-            timeout = self._timeouts[deployment.name] = aiohttp.ClientTimeout(
-                total=deployment.timeout_s, sock_connect=deployment.connect_timeout_s
-            )
-        return timeout
-
-    async def _start(self, ctx: Context, route: Route, number: int, tried: set[str]) -> Attempt:
-        request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"
+    def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
+        """A replica for attempt ``number``, never one this request already tried."""
+        deployment: Deployment = plan.fleet.deployment
+        attempt = Attempt(
+            request_id=ctx.attempt_id(number),
+            number=number,
+            upstream="",
+            bills_as=deployment.bills_as,
+            policy=deployment.policy,
+        )
         try:
-            placement = self.fleets[ctx.deployment.name].place(route, exclude=frozenset(tried))
+            placement = plan.fleet.place(plan.route, exclude=frozenset(plan.tried))
         except UpstreamUnavailable as exc:
-            # No replica to try (all down): the refusal is still a failed attempt on record.
-            await self._keep_unplaced(ctx, request_id, number, exc)
-            raise
-        tried.add(placement.replica.url)
-        return Attempt(request_id=request_id, number=number, route=route, placement=placement)
+            raise NoUpstream(exc, attempt) from exc
+        plan.tried.add(placement.replica.url)
+        attempt.upstream, attempt.hold = placement.replica.url, Hold(plan.fleet, placement)
+        return attempt
 
-    async def _keep_unplaced(
-        self, ctx: Context, request_id: str, number: int, error: KvgateError
-    ) -> None:
-        await self.ledger.keep(
-            self.ledger.record(
-                request_id=request_id,
-                attempt=number,
-                principal=ctx.principal,
-                interaction_id=ctx.interaction_id,
-                deployment=ctx.deployment.name,
-                bills_as=ctx.deployment.bills_as,
-                upstream="",
-                policy=ctx.deployment.policy,
-                stream=ctx.call.stream,
-                started_at=now(),
-                status=Status.FAILED,
-                usage=Usage.missing(),
-                error=error.message,
-            )
-        )
-
-    def _end(self, ctx: Context, attempt: Attempt) -> None:
-        self.fleets[ctx.deployment.name].finish(attempt.placement)
-
-    def make_record(
-        self,
-        ctx: Context,
-        attempt: Attempt,
-        *,
-        status: Status,
-        usage: Usage,
-        first_token_at: datetime | None = None,
-        finish_reason: str | None = None,
-        error: str | None = None,
-    ) -> Record:
-        """Price the attempt with the entry in force at its start; note what routing expected."""
-        fleet = self.fleets[ctx.deployment.name]
-        predicted = ceiling = None
-        if usage.source is UsageSource.REPORTED:
-            prompt_tokens = usage.prompt_tokens
-            predicted = fleet.predicted_tokens(attempt.route, attempt.placement, prompt_tokens)
-            ceiling = fleet.ceiling_tokens(attempt.route, prompt_tokens)
-            if status is Status.COMPLETED:
-                fleet.learn(
-                    attempt.route,
-                    attempt.placement,
-                    cached_tokens=usage.cache_read_tokens,
-                    prompt_tokens=prompt_tokens,
-                )
-        return self.ledger.record(
-            request_id=attempt.request_id,
-            attempt=attempt.number,
-            principal=ctx.principal,
-            interaction_id=ctx.interaction_id,
-            deployment=ctx.deployment.name,
-            bills_as=ctx.deployment.bills_as,
-            upstream=attempt.replica.url,
-            policy=ctx.deployment.policy,
-            stream=ctx.call.stream,
-            started_at=attempt.started_at,
-            status=status,
-            usage=usage,
-            first_token_at=first_token_at,
-            finish_reason=finish_reason,
-            error=error,
-            predicted_cached_tokens=predicted,
-            ceiling_cached_tokens=ceiling,
-        )
-
-    async def _fail(self, ctx: Context, attempt: Attempt, error: KvgateError) -> None:
-        await self.ledger.keep(
-            self.make_record(
-                ctx, attempt, status=Status.FAILED, usage=Usage.missing(), error=error.message
-            )
-        )
-
-    # -- non-streaming ----------------------------------------------------------------------
-
-    async def complete(self, ctx: Context) -> Response:
-        (body, route), tried = await self.prepare(ctx), set[str]()
-        fleet = self.fleets[ctx.deployment.name]
-        for number in range(1, MAX_ATTEMPTS + 1):
-            attempt = await self._start(ctx, route, number, tried)
-            url = attempt.replica.url + ctx.call.endpoint.value
-            try:
-                reply = await post_json(
-                    self.session, url, body, timeout=self._timeout(ctx.deployment)
-                )
-            except UpstreamConnectError as exc:
-                fleet.mark_down(attempt.replica)
-                await self._fail(ctx, attempt, exc)
-                if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
-                    raise UpstreamUnavailable(exc.message) from exc
-                continue
-            except UpstreamError as exc:
-                await self._fail(ctx, attempt, exc)
-                raise
-            finally:
-                self._end(ctx, attempt)
-            return await self._finish(ctx, attempt, reply.status, reply.body)
-        raise AssertionError("unreachable")
-
-    async def _finish(self, ctx: Context, attempt: Attempt, status: int, raw: bytes) -> Response:
-        data = _json_object(raw)
-        if status != 200 or data is None:
-            error = _upstream_error(status, data, raw)
-            await self._fail(ctx, attempt, error)
-            raise error
-        usage = from_openai(_dict(data.get("usage")))
-        record = self.make_record(
-            ctx,
-            attempt,
-            status=Status.COMPLETED,
-            usage=usage,
-            first_token_at=None,
-            finish_reason=_finish_reason(data.get("choices")),
-        )
-        await self.ledger.keep(record)
-        data["usage"] = _billed_usage(data.get("usage"), record)
-        return Response(orjson.dumps(data), media_type="application/json")
-
-    # -- streaming --------------------------------------------------------------------------
-
-    async def open_stream(self, ctx: Context) -> Response:
-        """Connect (with failover) and answer with a stream, or with the upstream's error."""
-        (body, route), tried = await self.prepare(ctx), set[str]()
-        fleet = self.fleets[ctx.deployment.name]
-        for number in range(1, MAX_ATTEMPTS + 1):
-            attempt = await self._start(ctx, route, number, tried)
-            url = attempt.replica.url + ctx.call.endpoint.value
-            upstream = UpstreamStream(self.session, url, body, self._timeout(ctx.deployment))
-            try:
-                status = await upstream.open()
-            except UpstreamConnectError as exc:
-                self._end(ctx, attempt)
-                fleet.mark_down(attempt.replica)
-                await self._fail(ctx, attempt, exc)
-                if number == MAX_ATTEMPTS or not fleet.has_alternative(tried):
-                    raise UpstreamUnavailable(exc.message) from exc
-                continue
-            except UpstreamError as exc:
-                self._end(ctx, attempt)
-                await self._fail(ctx, attempt, exc)
-                raise
-            if status != 200:
-                raw = await upstream.read_all()
-                await upstream.close()
-                self._end(ctx, attempt)
-                return await self._finish(ctx, attempt, status, raw)
-            return EventStream(self._relay(ctx, attempt, upstream))
-        raise AssertionError("unreachable")
-
-    async def _relay(
-        self, ctx: Context, attempt: Attempt, upstream: UpstreamStream
-    ) -> AsyncGenerator[bytes, None]:
-        state, splitter = sse.StreamState(), sse.EventSplitter()
-        fleet = self.fleets[ctx.deployment.name]
-        first_token_at: datetime | None = None
-        usage_chunk: dict[str, Any] | None = None
-        error: UpstreamError | None = None
+    async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
+        """One POST; the replica's answer, or its error in the gateway's shape."""
+        url = attempt.upstream + ctx.call.endpoint.value
         try:
-            async for data in upstream.chunks():
-                # The events of one read go out together, at once: one send per read,
-                # not per event (a token stream can bring many events in one read).
-                passing: list[bytes] = []
-                for event in splitter.feed(data):
-                    if first_token_at is None:
-                        first_token_at = now()
-                        fleet.first_token(attempt.placement)
-                    held = sse.inspect(event, state)
-                    if held is not None:
-                        usage_chunk = held
-                    elif not state.saw_done:
-                        passing.append(event)
-                if passing:
-                    yield b"".join(passing)
-        except UpstreamError as exc:
-            error = exc
-        except BaseException:
-            # The client went away: the upstream request is cancelled by closing it below.
-            self.ledger.keep_later(
-                self._stream_record(
-                    ctx, attempt, state, first_token_at, Status.CANCELLED, "client disconnected"
-                )
-            )
+            reply = await post_json(self.session, url, plan.body, timeout=plan.timeout)
+        except UpstreamConnectError:
+            plan.fleet.mark_down(_hold(attempt).placement.replica)
             raise
-        finally:
-            await upstream.close()
-            fleet.finish(attempt.placement)
-        if error is None and not state.saw_done:
-            error = UpstreamError("upstream stream ended before [DONE]")
-        status = Status.FAILED if error else Status.COMPLETED
-        record = self._stream_record(
-            ctx, attempt, state, first_token_at, status, error.message if error else None
-        )
-        await self.ledger.keep(record)
-        if error is not None:
-            yield b"data: " + error_body(error.message, error.type, code=error.code) + b"\n\n"
-            return
-        if ctx.call.client_wants_usage and usage_chunk is not None:
-            usage_chunk["usage"] = _billed_usage(usage_chunk.get("usage"), record)
-            yield sse.encode(usage_chunk)
-        yield sse.DONE + b"\n\n"
+        return _answer(reply.status, reply.body)
 
-    def _stream_record(
-        self,
-        ctx: Context,
-        attempt: Attempt,
-        state: sse.StreamState,
-        first_token_at: datetime | None,
-        status: Status,
-        error: str | None,
-    ) -> Record:
+    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> VllmStream:
+        """One streamed POST, open once the replica answered 200."""
+        url = attempt.upstream + ctx.call.endpoint.value
+        upstream = UpstreamStream(self.session, url, plan.body, plan.timeout)
+        try:
+            status = await upstream.open()
+        except UpstreamConnectError:
+            plan.fleet.mark_down(_hold(attempt).placement.replica)
+            raise
+        if status != 200:
+            raw = await upstream.read_all()
+            await upstream.close()
+            _answer(status, raw)  # raises: a 200 would have been a stream
+        return VllmStream(upstream, prompt_chars=ctx.call.prompt_chars)
+
+    def first_token(self, attempt: Attempt) -> None:
+        """The replica started decoding: its queued prefill became a running sequence."""
+        hold = _hold(attempt)
+        hold.fleet.first_token(hold.placement)
+
+    def learn(self, plan: Plan, attempt: Attempt, outcome: Outcome) -> Expectation:
+        """Predicted and ceiling cached tokens; a completed answer corrects the index."""
+        usage = outcome.usage
+        if usage.source is not UsageSource.REPORTED or attempt.hold is None:
+            return Expectation()
+        fleet, placement, prompt_tokens = plan.fleet, _hold(attempt).placement, usage.prompt_tokens
+        expectation = Expectation(
+            predicted_cached_tokens=fleet.predicted_tokens(plan.route, placement, prompt_tokens),
+            ceiling_cached_tokens=fleet.ceiling_tokens(plan.route, prompt_tokens),
+        )
+        if outcome.status is Status.COMPLETED:
+            fleet.learn(
+                plan.route,
+                placement,
+                cached_tokens=usage.cache_read_tokens,
+                prompt_tokens=prompt_tokens,
+            )
+        return expectation
+
+    def release(self, attempt: Attempt) -> None:
+        """The attempt no longer occupies its replica."""
+        hold = _hold(attempt)
+        hold.fleet.finish(hold.placement)
+
+    def can_retry(self, plan: Plan, attempt: Attempt) -> bool:
+        """One more replica, if one this request has not tried is up."""
+        return attempt.number < MAX_ATTEMPTS and plan.fleet.has_alternative(plan.tried)
+
+    def exhausted(self, error: KvgateError) -> KvgateError:
+        """No replica could be reached: 503, so clients retry."""
+        return UpstreamUnavailable(error.message)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """An attempt's place on a replica of a fleet."""
+
+    fleet: Fleet
+    placement: Placement
+
+
+def _hold(attempt: Attempt) -> Hold:
+    hold = attempt.hold
+    assert isinstance(hold, Hold)
+    return hold
+
+
+class VllmStream:
+    """A replica's event stream, passed on as it arrives; usage and ``[DONE]`` held back."""
+
+    def __init__(self, upstream: UpstreamStream, *, prompt_chars: int) -> None:
+        self.upstream = upstream
+        self.prompt_chars = prompt_chars
+        self.state = sse.StreamState()
+        self.first_token_at: datetime | None = None
+        self.usage_chunk: dict[str, Any] | None = None
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The events of each read, together (one send per read, not per event)."""
+        state, splitter = self.state, sse.EventSplitter()
+        async for data in self.upstream.chunks():
+            passing: list[bytes] = []
+            for event in splitter.feed(data):
+                if self.first_token_at is None:
+                    self.first_token_at = now()
+                held = sse.inspect(event, state)
+                if held is not None:
+                    self.usage_chunk = held
+                elif not state.saw_done:
+                    passing.append(event)
+            if passing:
+                yield b"".join(passing)
+        if not state.saw_done:
+            raise UpstreamError("upstream stream ended before [DONE]")
+
+    def outcome(self, *, ended: bool, error: str | None) -> Outcome:
+        """Reported usage when the usage chunk came; else an estimate, marked so."""
+        state = self.state
         if state.usage is not None:
             usage = from_openai(state.usage)
         else:
-            # No usage chunk: the stream ended early. Estimate, and say so.
             usage = Usage(
-                uncached_tokens=ctx.call.prompt_chars // CHARS_PER_TOKEN,
+                uncached_tokens=self.prompt_chars // CHARS_PER_TOKEN,
                 output_tokens=state.content_events,
                 source=UsageSource.ESTIMATED,
             )
-        return self.make_record(
-            ctx,
-            attempt,
-            status=status,
+        return Outcome(
+            status=Status.COMPLETED if ended else Status.FAILED,
             usage=usage,
-            first_token_at=first_token_at,
+            first_token_at=self.first_token_at,
             finish_reason=state.finish_reason,
             error=error,
         )
+
+    async def close(self) -> None:
+        """Close the connection: cancels the replica's request if it is still running."""
+        await self.upstream.close()
+
+
+def _answer(status: int, raw: bytes) -> Answer:
+    """A replica's complete answer, or the error it amounts to."""
+    data = _json_object(raw)
+    if status != 200 or data is None:
+        raise _upstream_error(status, data, raw)
+    upstream_usage = data.get("usage")
+    return Answer(
+        body=data,
+        upstream_usage=upstream_usage,
+        outcome=Outcome(
+            status=Status.COMPLETED,
+            usage=from_openai(upstream_usage if isinstance(upstream_usage, dict) else None),
+            finish_reason=_finish_reason(data.get("choices")),
+        ),
+    )
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
@@ -371,25 +263,8 @@ def _upstream_error(status: int, data: dict[str, Any] | None, raw: bytes) -> Kvg
     return UpstreamError(f"upstream answered {status}: {message or raw[:200]!r}")
 
 
-def _dict(value: Any) -> dict[str, Any] | None:
-    return value if isinstance(value, dict) else None
-
-
 def _finish_reason(choices: Any) -> str | None:
     """The first choice's finish reason, if the upstream's answer has one where expected."""
     first = choices[0] if isinstance(choices, list) and choices else None
     reason = first.get("finish_reason") if isinstance(first, dict) else None
     return str(reason) if reason is not None else None
-
-
-def _billed_usage(usage: Any, record: Record) -> dict[str, Any]:
-    """The upstream's usage with cached tokens always present and the cost added."""
-    billed = dict(usage) if isinstance(usage, dict) else {}
-    details = billed.get("prompt_tokens_details")
-    details = dict(details) if isinstance(details, dict) else {}
-    details.setdefault("cached_tokens", record.usage.cache_read_tokens)
-    if details["cached_tokens"] is None:
-        details["cached_tokens"] = record.usage.cache_read_tokens
-    billed["prompt_tokens_details"] = details
-    billed["cost"] = f"{record.cost.total:f}" if record.priced else None
-    return billed

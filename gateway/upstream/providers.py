@@ -97,6 +97,7 @@ class Reply:
     usage: Usage
     service_tier: str | None
     finish_reason: str | None
+    raw_usage: dict[str, Any] | None = None  # litellm's usage, in OpenAI's shape
 
 
 def service_tier(data: Mapping[str, Any]) -> str | None:
@@ -393,6 +394,7 @@ class Providers:
             usage=from_litellm(raw_usage),
             service_tier=tier,
             finish_reason=str(finish) if finish else None,
+            raw_usage=raw_usage,
         )
 
     async def open_stream(self, request: ProviderRequest) -> ProviderStream:

@@ -20,6 +20,8 @@ class UpstreamConnectError(UpstreamError):
     No byte reached the client, so another replica can serve the request.
     """
 
+    retryable = True
+
 
 def make_session(*, limit: int = 0) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, keepalive_timeout=60)

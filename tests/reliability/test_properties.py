@@ -394,7 +394,7 @@ def test_any_upstream_event_is_inspected_without_error(data: bytes) -> None:
 @given(answer=st.dictionaries(st.sampled_from(["choices", "usage", "id"]), json_values))
 def test_any_upstream_answer_is_read_without_error(answer: dict[str, Any]) -> None:
     """A complete answer's usage and finish reason, however malformed its fields."""
-    usage = from_openai(proxy._dict(answer.get("usage")))
-    assert isinstance(usage, Usage)
-    reason = proxy._finish_reason(answer.get("choices"))
+    read = proxy._answer(200, orjson.dumps(answer))
+    assert isinstance(read.outcome.usage, Usage)
+    reason = read.outcome.finish_reason
     assert reason is None or isinstance(reason, str)

@@ -1,0 +1,139 @@
+"""The request path, for every backend: plan, call (with failover), learn, record, respond.
+
+    Context ─▶ backend.plan (body, route or targets: once for all attempts)
+            ─▶ failover: attempt 1..n ─▶ backend.send / backend.open
+                 a retryable failure (nothing reached the client) is a failed record and
+                 the next attempt of the same interaction
+            ─▶ backend.learn (routing corrected by the reported cached tokens)
+            ─▶ record (priced with the entry in force at the attempt's start; durable)
+            ─▶ respond (the upstream's answer, usage billed)
+
+Streams pass through event by event; the usage chunk and ``[DONE]`` go out only once the
+stream's record is durable, so a client that saw a stream finish always has its record. A
+client that leaves mid-stream gets a ``cancelled`` record with the tokens it had so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from starlette.responses import Response
+
+from gateway.accounting.ledger import Ledger
+from gateway.accounting.records import Record, Status
+from gateway.errors import KvgateError, UpstreamError
+from gateway.serving import replies
+from gateway.serving.backend import Backend, NoUpstream, UpstreamEvents
+from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
+from gateway.serving.records import record_of
+from gateway.serving.streaming import EventStream
+
+T = TypeVar("T")
+
+
+class Serving:
+    """Serves calls for every deployment through its backend; built once by the app."""
+
+    def __init__(self, *, ledger: Ledger, backends: Mapping[str, Backend]) -> None:
+        self.ledger = ledger
+        self.backends = dict(backends)  # deployment name -> its backend
+
+    async def serve(self, ctx: Context) -> Response:
+        """Answer one call: the steps of the request path, each a named call."""
+        backend = self.backends[ctx.deployment.name]
+        plan = await backend.plan(ctx)
+        if ctx.call.stream:
+            attempt, stream = await self.failover(ctx, backend, plan, backend.open)
+            return EventStream(self.relay(ctx, backend, plan, attempt, stream))
+        attempt, answer = await self.failover(ctx, backend, plan, backend.send)
+        expectation = backend.learn(plan, attempt, answer.outcome)
+        record = await self.keep(ctx, attempt, answer.outcome, expectation)
+        return replies.json_reply(answer.body, answer.upstream_usage, record)
+
+    async def failover(
+        self,
+        ctx: Context,
+        backend: Backend,
+        plan: Any,
+        call: Callable[[Context, Any, Attempt], Awaitable[T]],
+    ) -> tuple[Attempt, T]:
+        """Attempts until one answers; every failed one is on record.
+
+        A non-streamed attempt is released once it answered; a stream's when it ends.
+        """
+        number = 0
+        while True:
+            number += 1
+            try:
+                attempt = backend.start(ctx, plan, number)
+            except NoUpstream as none:
+                # Nothing could take it (all replicas down): a failed attempt all the same.
+                await self.keep(ctx, none.attempt, Outcome.failed(none.error.message))
+                raise none.error from None
+            try:
+                result = await call(ctx, plan, attempt)
+            except KvgateError as error:
+                backend.release(attempt)
+                await self.keep(ctx, attempt, Outcome.failed(error.message))
+                if not error.retryable:
+                    raise
+                if not backend.can_retry(plan, attempt):
+                    raise backend.exhausted(error) from error
+                continue
+            if not ctx.call.stream:
+                backend.release(attempt)
+            return attempt, result
+
+    async def relay(
+        self,
+        ctx: Context,
+        backend: Backend,
+        plan: Any,
+        attempt: Attempt,
+        stream: UpstreamEvents,
+    ) -> AsyncGenerator[bytes, None]:
+        """Pass a stream through; record it; then its usage chunk and ``[DONE]``."""
+        error: UpstreamError | None = None
+        started = False
+        try:
+            async for data in stream.events():
+                if not started and stream.first_token_at is not None:
+                    started = True
+                    backend.first_token(attempt)
+                yield data
+        except UpstreamError as exc:
+            error = exc
+        except BaseException:
+            # The client went away: the upstream call is closed below, the tokens so far kept.
+            outcome = replace(
+                stream.outcome(ended=False, error="client disconnected"), status=Status.CANCELLED
+            )
+            expectation = backend.learn(plan, attempt, outcome)
+            self.ledger.keep_later(record_of(self.ledger, ctx, attempt, outcome, expectation))
+            raise
+        finally:
+            await stream.close()
+            backend.release(attempt)
+        outcome = stream.outcome(ended=error is None, error=error.message if error else None)
+        expectation = backend.learn(plan, attempt, outcome)
+        record = await self.keep(ctx, attempt, outcome, expectation)
+        if error is not None:
+            yield replies.stream_error(error)
+            return
+        yield replies.stream_ending(
+            stream.usage_chunk, record, with_usage=ctx.call.client_wants_usage
+        )
+
+    async def keep(
+        self,
+        ctx: Context,
+        attempt: Attempt,
+        outcome: Outcome,
+        expectation: Expectation = NO_EXPECTATION,
+    ) -> Record:
+        """Price and keep the attempt's record (durable before the answer's last byte)."""
+        record = record_of(self.ledger, ctx, attempt, outcome, expectation)
+        await self.ledger.keep(record)
+        return record

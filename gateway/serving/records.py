@@ -1,0 +1,46 @@
+"""The one mapping from (context, attempt, outcome, expectation) to a priced Record."""
+
+from __future__ import annotations
+
+from gateway.accounting.ledger import Ledger
+from gateway.accounting.records import Record
+from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome, now
+
+
+def record_of(
+    ledger: Ledger,
+    ctx: Context,
+    attempt: Attempt,
+    outcome: Outcome,
+    expectation: Expectation = NO_EXPECTATION,
+) -> Record:
+    """The attempt's record, priced with the entry in force at the attempt's start."""
+    usage = outcome.usage
+    priced = ledger.price(
+        attempt.bills_as, at=attempt.started_at, usage=usage, tier=outcome.service_tier
+    )
+    return Record(
+        request_id=attempt.request_id,
+        tenant_id=ctx.principal.tenant_id,
+        api_key_id=ctx.principal.api_key_id,
+        interaction_id=ctx.interaction_id,
+        attempt=attempt.number,
+        model=ctx.call.model,
+        deployment=ctx.deployment.name,
+        upstream=attempt.upstream,
+        policy=attempt.policy,
+        started_at=attempt.started_at,
+        first_token_at=outcome.first_token_at,
+        ended_at=now(),
+        status=outcome.status,
+        finish_reason=outcome.finish_reason,
+        usage=usage,
+        price_id=priced.price_id,
+        rate_class=priced.rate_class,
+        cost=priced.cost,
+        stream=ctx.call.stream,
+        error=outcome.error,
+        predicted_cached_tokens=expectation.predicted_cached_tokens,
+        ceiling_cached_tokens=expectation.ceiling_cached_tokens,
+        extra={"service_tier": outcome.service_tier} if outcome.service_tier else {},
+    )
