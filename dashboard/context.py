@@ -6,12 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import streamlit as st
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
 from dashboard import formatting
 from dashboard.view import View
-from gateway.db.session import make_engine, session_factory
+from gateway.db.session import Engine, SessionFactory, make_engine, session_factory
 
 KEY = "kvgate.context"
 NO_TRAFFIC = (
@@ -24,7 +22,7 @@ NO_TRAFFIC = (
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    sessions: sessionmaker[Session]
+    sessions: SessionFactory
     view: View
     # First hour with traffic and end of the last one; None: the database has no requests.
     traffic: tuple[datetime, datetime] | None
@@ -36,7 +34,7 @@ def engine(url: str) -> Engine:
     return make_engine(url)
 
 
-def sessions(url: str) -> sessionmaker[Session]:
+def sessions(url: str) -> SessionFactory:
     return session_factory(engine(url))
 
 

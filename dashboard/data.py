@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from sqlalchemy.orm import Session, sessionmaker
-
 from dashboard.view import View
 from gateway import billing
 from gateway.db import crud, lookups
@@ -17,6 +15,7 @@ from gateway.db.figures import latency, replicas, spend
 from gateway.db.figures.latency import Ttft
 from gateway.db.figures.replicas import Replica, ReplicaFigures
 from gateway.db.figures.spend import Figures, PaidRate, Unpriced
+from gateway.db.session import Session, SessionFactory
 from pricing.book import Price
 
 
@@ -50,7 +49,7 @@ def tenants(session: Session, view: View) -> Tenants:
 
 
 def statement(
-    sessions: sessionmaker[Session], *, tenant_id: str, start: date, end: date, fmt: str
+    sessions: SessionFactory, *, tenant_id: str, start: date, end: date, fmt: str
 ) -> bytes:
     """A tenant's statement for UTC days start..end: the billing API's bytes."""
     with sessions() as session:

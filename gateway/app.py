@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway import errors
+from gateway.accounting.journal import SyncMode
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import Recorder
 from gateway.api import admin, billing, health, inference, openapi
@@ -119,11 +120,11 @@ def create_app(settings: Settings) -> FastAPI:
 
         state.keys = keys = KeyRing(load_keys)
         await keys.refresh()
-        state.metrics = metrics = Metrics()
+        state.metrics = metrics = Metrics(multiprocess_dir=settings.prometheus_multiproc_dir)
         state.recorder = recorder = Recorder(
             engine=engine,
             journal_dir=settings.journal_dir,
-            sync=settings.journal_sync,
+            sync=SyncMode(settings.journal_sync),
             sync_interval_s=settings.journal_sync_interval_ms / 1000,
             batch_size=settings.recorder_batch_size,
             flush_interval_s=settings.recorder_flush_interval_s,

@@ -105,15 +105,13 @@ def serve(
         uvicorn.run(create_app(s), **options)
         return
     # Each worker is a fresh process that reads its settings from the environment.
+    from gateway.config import export_for_workers
     from gateway.routing.peers import peer_directory
 
-    os.environ["KVGATE_WORKERS"] = str(count)
-    if s.config is not None:
-        os.environ["KVGATE_CONFIG"] = str(s.config.resolve())
     metrics_dir = peer_directory(s.journal_dir) / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)  # the last run's values are not ours
     metrics_dir.mkdir(parents=True)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    export_for_workers(s.model_copy(update={"workers": count}), metrics_dir=metrics_dir)
     uvicorn.run("gateway.app:from_environment", factory=True, workers=count, **options)
 
 
@@ -201,7 +199,6 @@ def dashboard(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
 ) -> None:
     """Run the Streamlit dashboard on the database named by KVGATE_DATABASE_URL."""
-    import os
 
     from dashboard.launcher import command
 
@@ -231,9 +228,9 @@ def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision."
 
 
 def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from gateway.db.session import safe_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return safe_url(url)
 
 
 @tenants_app.command("create")

@@ -24,8 +24,6 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gateway.accounting.journal import SyncMode
-
 PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "dev-secret", "secret", "kvgate-dev-secret"}
 DEV_SECRET = "kvgate-dev-secret"
 DEV_ADMIN_TOKEN = "kvgate-dev-admin"
@@ -223,7 +221,7 @@ class Settings(BaseSettings):
     journal_dir: Path = Path("var/journal")
     # always | background | never (see gateway/accounting/journal.py); true/false read as
     # always/never, as in earlier releases.
-    journal_sync: SyncMode = SyncMode.BACKGROUND
+    journal_sync: Literal["always", "background", "never"] = "background"
     # background mode: the longest a written record waits for its flush (a machine crash
     # can lose the records of this last window; a gateway crash loses none).
     journal_sync_interval_ms: float = Field(default=10.0, gt=0, le=1000)
@@ -246,6 +244,11 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=64)
     # Asked for by the dashboard when set; unset (the demo) means no password.
     dashboard_password: str | None = Field(default=None, repr=False)
+    # Set by `kvgate serve --workers N` for its workers (prometheus_client's own variable):
+    # every worker's metrics go there, and a scrape of any worker reports them all.
+    prometheus_multiproc_dir: Path | None = Field(
+        default=None, validation_alias="PROMETHEUS_MULTIPROC_DIR"
+    )
 
     @field_validator("journal_sync", mode="before")
     @classmethod
@@ -253,7 +256,7 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
             value = value.strip().lower() in ("true", "1")
         if isinstance(value, bool):
-            return SyncMode.ALWAYS if value else SyncMode.NEVER
+            return "always" if value else "never"
         return value
 
     @model_validator(mode="after")
@@ -282,3 +285,39 @@ class Settings(BaseSettings):
             if target.api_key_env
         }
         return {name: os.environ[name] for name in sorted(names) if name in os.environ}
+
+
+def export_for_workers(settings: Settings, *, metrics_dir: Path) -> None:
+    """Put what worker processes need into the environment they inherit.
+
+    Each worker of ``kvgate serve --workers N`` is a fresh process that builds its own
+    ``Settings`` from the environment, so the CLI's choices go there first.
+    """
+    os.environ["KVGATE_WORKERS"] = str(settings.workers)
+    if settings.config is not None:
+        os.environ["KVGATE_CONFIG"] = str(settings.config.resolve())
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+
+
+def child_environment(*, without: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
+    """This process's environment for a child process, less ``without``, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in without}
+    env.update(extra)
+    return env
+
+
+# Read by litellm at import time, so set before it: its bundled cost map and Anthropic
+# beta-header list instead of fetching them, and no hub downloads for tokenizers.
+LITELLM_ENVIRONMENT = {
+    "LITELLM_OFFLINE_MODE": "true",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+    "LITELLM_LOCAL_BLOG_POSTS": "True",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def prepare_litellm_environment() -> None:
+    """Make litellm run offline and quiet: call before importing it."""
+    os.environ.update(LITELLM_ENVIRONMENT)

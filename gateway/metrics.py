@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -21,7 +22,10 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """The gateway's Prometheus metrics; ``multiprocess_dir`` when it runs as several workers."""
+
+    def __init__(self, *, multiprocess_dir: Path | None = None) -> None:
+        self.multiprocess = multiprocess_dir is not None
         # The labelled children each (model, upstream) counts into, looked up once: a
         # ``labels()`` call per counter per request was most of ``observe``'s time.
         self._series: dict[tuple[str, str], _Series] = {}
@@ -171,14 +175,14 @@ class Metrics:
 
     def worker_stopped(self) -> None:
         """A worker leaving: its live gauges stop counting (its counters stay)."""
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        if self.multiprocess:
             multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     def exposition(self) -> bytes:
         """The text format. With several workers (PROMETHEUS_MULTIPROC_DIR set by
         ``kvgate serve --workers``), every worker's values, summed or taken at their
         min/max as each gauge says: a scrape reaches one worker but reports them all."""
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        if self.multiprocess:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry)

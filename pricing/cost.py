@@ -1,12 +1,34 @@
-"""Cost of one request: exact Decimal money per token class, at the nano-dollar."""
+"""Cost of one request: exact Decimal money per token class, at the nano-dollar.
+
+The token counts come in as any value with the four classes (``gateway.usage.Usage`` is
+one): the price book depends on nothing of the gateway's.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Protocol
 
-from gateway.usage import Usage
 from pricing.book import Price, Rates
+
+
+class Tokens(Protocol):
+    """A request's tokens in the four disjoint classes priced differently."""
+
+    @property
+    def uncached_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
+    @property
+    def cache_write_1h_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+
 
 NANO = Decimal("0.000000001")
 PER_MILLION = Decimal(1_000_000)
@@ -38,7 +60,7 @@ class Cost:
         return self.uncached_equivalent - self.total
 
 
-def write_cost(usage: Usage, rates: Rates) -> Decimal:
+def write_cost(usage: Tokens, rates: Rates) -> Decimal:
     """Cache writes: 5-minute at ``cache_write``, 1-hour at ``cache_write_1h``, rounded once.
 
     A missing write rate falls back to plain input (a provider that does not bill writes
@@ -51,7 +73,7 @@ def write_cost(usage: Usage, rates: Rates) -> Decimal:
     return (exact / PER_MILLION).quantize(NANO, ROUND_HALF_EVEN)
 
 
-def compute(usage: Usage, price: Price, *, tier: str | None = None) -> Cost:
+def compute(usage: Tokens, price: Price, *, tier: str | None = None) -> Cost:
     """Price each token class with its own rate.
 
     The rates are the entry's for the request's service tier, or its long-context rates when

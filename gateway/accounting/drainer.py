@@ -21,12 +21,10 @@ from collections.abc import MutableSequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
-
 from gateway.accounting.journal import read_batch, segments
 from gateway.accounting.records import Record
 from gateway.accounting.store import insert_records
+from gateway.db.session import REFUSED, DatabaseError, Engine
 
 log = logging.getLogger("kvgate.recorder")
 
@@ -35,10 +33,8 @@ WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN, READY, REJECTED = range(6)
 COUNTERS = 6
 # Records the database refuses for their data, kept for an operator (see Drainer._set_aside).
 REJECTED_DIR = "rejected"
-# How a database refuses one record's own data (not being down): out-of-range or
-# over-long values and bytes it cannot store (DataError), constraints (IntegrityError), and
-# integers past 64 bits, which sqlite3 refuses before SQLAlchemy sees them (OverflowError).
-REFUSED = (DataError, IntegrityError, OverflowError)
+# How a database refuses one record's own data (not being down): ``REFUSED`` (db.session),
+# integers past 64 bits included, which sqlite3 refuses before SQLAlchemy sees them.
 
 
 class EventLike(Protocol):
@@ -86,7 +82,7 @@ class Drainer:
             wait_s = flush_interval_s
             try:
                 written = self.drain_once(final=stopping_now)
-            except SQLAlchemyError as exc:
+            except DatabaseError as exc:
                 was_up = not self.counters[DB_DOWN]
                 self.counters[DB_DOWN] = 1  # before the error count: readers see both
                 self.counters[DB_ERRORS] += 1

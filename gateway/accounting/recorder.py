@@ -22,13 +22,11 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from gateway.accounting import drainer
 from gateway.accounting.journal import Journal, JournalError, SyncMode
 from gateway.accounting.records import Record
 from gateway.accounting.store import insert_records
+from gateway.db.session import DatabaseError, Engine
 from gateway.errors import Unrecordable
 
 log = logging.getLogger("kvgate.recorder")
@@ -214,7 +212,7 @@ class Recorder:
             batch = self._spill[: self.batch_size]
             try:
                 await asyncio.to_thread(insert_records, self.engine, batch)
-            except SQLAlchemyError:
+            except DatabaseError:
                 await asyncio.sleep(1.0)
                 continue
             del self._spill[: len(batch)]

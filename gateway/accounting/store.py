@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine
-
 from gateway.accounting.records import Record
-from gateway.db.models import RequestRow
-from gateway.db.writer import bulk, rollups
+from gateway.db.session import Engine
+from gateway.db.writer import insert_requests
 
 
 def record_row(record: Record) -> dict[str, Any]:
@@ -56,22 +54,8 @@ def record_row(record: Record) -> dict[str, Any]:
 
 
 def insert_records(engine: Engine, records: list[Record]) -> None:
-    """Insert a batch; rows already present (same request id) are left as they are.
-
-    The hourly rollups take only the rows this insert created (RETURNING), in the same
-    transaction: a replayed record changes neither requests nor rollups.
-    """
-    if not records:
-        return
+    """Insert a batch of records (idempotent by request id; see ``insert_requests``)."""
     rows: dict[str, dict[str, Any]] = {}
     for record in records:
         rows.setdefault(record.request_id, record_row(record))
-    with engine.begin() as connection:
-        inserted = bulk.insert_rows(
-            connection,
-            RequestRow.__table__,  # type: ignore[arg-type]
-            list(rows.values()),
-            conflict=["request_id"],
-            returning=["request_id"],
-        )
-        rollups.add(connection, [rows[request_id] for (request_id,) in inserted])
+    insert_requests(engine, list(rows.values()))

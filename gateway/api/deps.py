@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
-from sqlalchemy.orm import Session
 
 from gateway.auth import Principal, admin_token_matches
+from gateway.db.session import Session
 from gateway.errors import AuthenticationFailed
 
 # The key is documented as a bearer security scheme (api/openapi.py), not as a parameter.

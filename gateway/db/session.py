@@ -1,4 +1,8 @@
-"""Engines and sessions for Postgres (production) and SQLite (the embedded default)."""
+"""Engines and sessions for Postgres (production) and SQLite (the embedded default).
+
+The rest of kvgate names these types and errors from here, never from SQLAlchemy: the
+database is this package's business alone.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,28 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = [
+    "REFUSED",
+    "DatabaseError",
+    "Engine",
+    "Session",
+    "SessionFactory",
+    "make_engine",
+    "normalise_url",
+    "safe_url",
+    "session_factory",
+    "transaction",
+]
+
+# Anything a database call can raise (unreachable, refused, timed out).
+DatabaseError = SQLAlchemyError
+# The database refused the data itself: out of range, too long, NUL bytes (DataError), a
+# constraint (IntegrityError). Retrying the same row cannot succeed.
+REFUSED: tuple[type[Exception], ...] = (DataError, IntegrityError, OverflowError)
+SessionFactory = sessionmaker[Session]
 
 
 def normalise_url(url: str) -> str:
@@ -17,6 +42,11 @@ def normalise_url(url: str) -> str:
     if parsed.drivername in ("postgres", "postgresql", "postgresql+psycopg2"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for messages."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def make_engine(url: str) -> Engine:
@@ -44,12 +74,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def session_factory(engine: Engine) -> sessionmaker[Session]:
+def session_factory(engine: Engine) -> SessionFactory:
+    """Sessions on ``engine`` whose objects stay readable after commit."""
     return sessionmaker(engine, expire_on_commit=False)
 
 
 @contextmanager
-def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+def transaction(factory: SessionFactory) -> Iterator[Session]:
     """A session that commits on success and rolls back on error."""
     with factory() as session, session.begin():
         yield session

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from gateway.auth import hash_key
-from gateway.config import Settings
+from gateway.config import Settings, child_environment
 from gateway.db import crud
 from gateway.db.migrate import upgrade
 from gateway.db.session import make_engine, session_factory, transaction
@@ -177,8 +176,9 @@ def run_demo(
         for p in sim_ports
     ]
     # The dashboard reads the demo's database, and asks for no password.
-    env = {k: v for k, v in os.environ.items() if k != "KVGATE_DASHBOARD_PASSWORD"}
-    env["KVGATE_DATABASE_URL"] = settings.database_url
+    env = child_environment(
+        without=("KVGATE_DASHBOARD_PASSWORD",), KVGATE_DATABASE_URL=settings.database_url
+    )
     dashboard = dashboard_command(port=dashboard_port)
     with children([*sims, dashboard], workdir / "logs", env=env):
         for sim_port in sim_ports:

@@ -13,7 +13,6 @@ figures are never read: kvgate prices usage with its own dated price book.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,22 +21,12 @@ from typing import Any
 
 import orjson
 
-from gateway.config import ProviderTarget, anthropic_family
+from gateway.config import ProviderTarget, anthropic_family, prepare_litellm_environment
 from gateway.errors import UpstreamError
 from gateway.usage import Usage, UsageSource, from_litellm
 
 log = logging.getLogger("kvgate.providers")
 
-# Read by litellm at import time, so they are set before it: the bundled cost map and
-# Anthropic beta-header list instead of fetching them, no hub downloads for tokenizers.
-OFFLINE_ENVIRONMENT = {
-    "LITELLM_OFFLINE_MODE": "true",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
-    "LITELLM_LOCAL_BLOG_POSTS": "True",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 # Fields the gateway acts on itself, or that only vLLM understands: never sent to providers.
 GATEWAY_FIELDS = frozenset({"model", "stream", "stream_options", "cache_salt", "metadata"})
 CHARS_PER_TOKEN = 4  # only for estimates when a provider reported no usage
@@ -333,7 +322,7 @@ class Providers:
     def load(self) -> ModuleType:
         """Import litellm offline and quiet (seconds: call it at startup, off the loop)."""
         if self._litellm is None:
-            os.environ.update(OFFLINE_ENVIRONMENT)
+            prepare_litellm_environment()
             import litellm
             from litellm.litellm_core_utils.litellm_logging import Logging
 

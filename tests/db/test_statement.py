@@ -247,7 +247,7 @@ def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str)
     with transaction(sessions) as session:
         crud.add_prices(session, prices=[TIERED])
         tenant_id = crud.create_tenant(session, name="tiered").id
-    ledger = Ledger(book=PriceBook([TIERED]), recorder=None, metrics=None)  # type: ignore[arg-type]
+    ledger = Ledger(book=PriceBook([TIERED]), recorder=None)  # type: ignore[arg-type]
     principal = Principal(tenant_id, "tiered", "key", f"tenant:{tenant_id}")
     started = datetime(2026, 3, 1, 12, tzinfo=UTC)
     attempts = [
@@ -256,22 +256,24 @@ def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str)
         ("prio", Usage(1000, 0, 200, 10, cache_write_1h_tokens=200), "priority"),
     ]
     records = [
-        ledger.record(
+        Record(
             request_id=name,
-            attempt=1,
-            principal=principal,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.api_key_id,
             interaction_id=name,
+            model="t",
             deployment="t",
-            bills_as="t",
             upstream="anthropic/t",
-            policy="fallback",
-            stream=False,
             started_at=started,
+            ended_at=started,
             status=Status.COMPLETED,
             usage=usage,
-            service_tier=tier,
+            price_id=priced.price_id,
+            rate_class=priced.rate_class,
+            cost=priced.cost,
         )
         for name, usage, tier in attempts
+        for priced in [ledger.price("t", at=started, usage=usage, tier=tier)]
     ]
     assert [r.rate_class for r in records] == ["standard", "long_context", "priority"]
     insert_records(engine, records)
