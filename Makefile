@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test test-deps lint clean vllm-venv tiny-model vllm-demo test-vllm \
+.PHONY: install demo test test-deps lint soak clean vllm-venv tiny-model vllm-demo test-vllm \
 	litellm-venv bench-deps bench-sidebyside
 
 $(STAMP): pyproject.toml
@@ -80,10 +80,16 @@ vllm-demo: install vllm-venv tiny-model
 	echo "gateway: http://127.0.0.1:$(VLLM_GATEWAY_PORT)/v1 (model tiny); Ctrl-C stops everything"; \
 	$(BIN)/kvgate serve --config $$cfg --port $(VLLM_GATEWAY_PORT)
 
+# ruff (lint and format) on everything, mypy --strict on the packages.
 lint: install
 	$(BIN)/pip install --quiet ruff mypy types-PyYAML
 	$(BIN)/ruff check gateway pricing dashboard tests benchmarks
 	$(BIN)/ruff format --check gateway pricing dashboard tests benchmarks
+	$(BIN)/mypy --strict gateway pricing dashboard
+
+# The 30-minute soak (make test runs a 5-minute one; KVGATE_SOAK_S sets the length).
+soak: install
+	KVGATE_SOAK_S=$${KVGATE_SOAK_S:-1800} $(BIN)/python -m pytest -m soak $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var kvgate.db* test-artifacts

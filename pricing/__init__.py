@@ -1,0 +1,2 @@
+"""The dated price book: ``catalog/*.yaml`` (data), ``book.py`` (load, validate, look up by
+model and moment), ``cost.py`` (Decimal cost per token class). Imports nothing of kvgate's."""

@@ -1,0 +1,6 @@
+"""The dashboard's figures, summed in SQL from the hourly rollups.
+
+spend.py     Scope, Figures: tokens, money, interactions, hit rate and ceiling
+latency.py   time to first token, cold and warm, from histogram rollups
+replicas.py  per replica load, hit rate and predicted vs reported
+"""
