@@ -102,6 +102,7 @@ def test_chromium_receives_no_page_data_before_sign_in(tmp_path: Path) -> None:
                 assert found(page.content(), served.secrets) == [], path
                 assert page.locator('[data-testid="stSidebar"]').count() == 0, path
             before = len(frames)
+            print(f"\nChromium before sign-in: {before} frames, {sum(map(len, frames))} B")
             page.get_by_label("Dashboard password").fill(PASSWORD)
             page.get_by_role("button", name="Sign in").click()
             page.get_by_role("heading", name="Requests").wait_for(timeout=30_000)

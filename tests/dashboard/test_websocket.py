@@ -27,22 +27,28 @@ def test_no_page_reaches_a_raw_websocket_before_sign_in_and_every_page_after(
     tmp_path: Path,
 ) -> None:
     with dashboard(tmp_path, **PRODUCTION, KVGATE_DASHBOARD_PASSWORD=PASSWORD) as served:
+        before = []
         for page in PAGES:  # a new session per URL path, as a browser opening it
             with Session(served.url) as fresh:
-                run = fresh.run(page)
-                assert found(run.raw, served.secrets) == [], page
+                before.append(fresh.run(page))
+                assert found(before[-1].raw, served.secrets) == [], page
                 assert fresh.run(page).widget_id("text_input", "Dashboard password")
         with Session(served.url) as session:
             for page in PAGES:  # one session walking every path, then a wrong password
-                assert found(session.run(page).raw, served.secrets) == [], page
+                before.append(session.run(page))
+                assert found(before[-1].raw, served.secrets) == [], page
             refused = session.sign_in("not-the-password", page="tenants")
             assert refused.errors() == [access.WRONG]
             assert found(refused.raw, served.secrets) == []
+            messages = sum(len(run.messages) for run in before)
+            print(f"\nbefore sign-in: {messages} messages, {sum(len(r.raw) for r in before)} B")
             # The same probe sees the data once signed in: it would see a leak.
             signed_in = session.sign_in(PASSWORD)
             assert found(signed_in.raw, served.secrets[:3]) == [*TENANTS, served.total_spend]
-            for page in PAGES:
-                assert found(session.run(page).raw, TENANTS) == list(TENANTS), page
+            after = [session.run(page) for page in PAGES]
+            for page, run in zip(PAGES, after, strict=True):
+                assert found(run.raw, TENANTS) == list(TENANTS), page
+            print(f"signed in: {sum(len(r.raw) for r in after)} B, every page naming both")
             shown = served.tenant_spend[TENANTS[1]]  # the page opens on the first by name
             assert found(session.run("tenants").raw, [shown]) == [shown]
         with Session(served.url) as other:  # signing in is per session
