@@ -1,11 +1,13 @@
 """The kvgate dashboard: ``kvgate dashboard`` runs ``streamlit run`` on this file.
 
 The sidebar's controls (zone, period, tenants, models) are shared by every page; each
-page reads them through ``context.current()``.
+page reads them through ``context.current()``. Nothing from the database is read, and no
+page registered, before ``access.viewer`` lets the session in.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, available_timezones
@@ -13,6 +15,7 @@ from zoneinfo import ZoneInfo, available_timezones
 import streamlit as st
 
 from dashboard import access, context
+from dashboard.launcher import OPEN_WARNING
 from dashboard.view import View
 from gateway.config import Settings
 from gateway.db import lookups
@@ -40,12 +43,24 @@ def period(zone: ZoneInfo, traffic: tuple[datetime, datetime] | None) -> tuple[d
     return days[0], days[-1]  # one day picked so far: that day alone
 
 
+@st.cache_resource(show_spinner=False)
+def warn_open() -> None:
+    """Say once per server process that anyone who reaches the port sees everything."""
+    logging.getLogger("kvgate.dashboard").warning("warning: %s", OPEN_WARNING)
+
+
 def main() -> None:
     st.set_page_config(page_title="kvgate", page_icon=":material/savings:", layout="wide")
     # Exact money has many digits: a smaller metric font shows them whole in four columns.
     st.html("<style>[data-testid='stMetricValue'] {font-size: 1.55rem;}</style>")
     settings = Settings()
-    if not access.signed_in(settings.dashboard_password):
+    refusal = settings.dashboard_refusal()
+    if refusal is not None:  # `streamlit run` by hand; `kvgate dashboard` refuses to start
+        st.error(refusal)
+        return
+    if settings.dashboard_password is None:
+        warn_open()
+    if access.viewer(settings) is None:
         return
     sessions = context.sessions(settings.database_url)
     with sessions() as session:
@@ -53,6 +68,8 @@ def main() -> None:
         models = lookups.models(session)
         traffic = lookups.traffic_span(session)
     st.sidebar.title("kvgate")
+    if settings.dashboard_password is not None:
+        st.sidebar.button("Sign out", key="kvgate.sign_out", on_click=access.sign_out)
     zones = sorted(available_timezones() | {"UTC"})
     zone = ZoneInfo(st.sidebar.selectbox("Time zone", zones, index=zones.index("UTC"), key="zone"))
     start, end = period(zone, traffic)
@@ -71,17 +88,15 @@ def main() -> None:
             "start on the UTC hour before local midnight."
         )
     context.publish(context.Context(sessions, view, traffic))
-    navigation = st.navigation(
-        [
-            st.Page(
-                PAGES / "overview.py", title="Overview", icon=":material/dashboard:", default=True
-            ),
-            st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),
-            st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
-            st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
-            st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
-        ]
-    )
+    pages = [
+        st.Page(PAGES / "overview.py", title="Overview", icon=":material/dashboard:", default=True),
+        st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),
+        st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
+        st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
+        st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
+    ]
+    navigation = st.navigation(pages)
+    access.land(pages, navigation)
     navigation.run()
 
 

@@ -198,13 +198,22 @@ def dashboard(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8501,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
 ) -> None:
-    """Run the Streamlit dashboard on the database named by KVGATE_DATABASE_URL."""
+    """Run the Streamlit dashboard on the database named by KVGATE_DATABASE_URL.
 
-    from dashboard.launcher import command
+    In production it refuses to start without KVGATE_DASHBOARD_PASSWORD.
+    """
+    from dashboard.launcher import OPEN_WARNING, command, environment
+    from gateway.config import child_environment
 
+    s = settings()
+    refusal = s.dashboard_refusal()
+    if refusal is not None:
+        fail(refusal)
+    if s.dashboard_password is None:
+        typer.secho(f"warning: {OPEN_WARNING}", fg=typer.colors.YELLOW, err=True)
     argv = command(host=host, port=port)
     # Become streamlit, so signals sent to `kvgate dashboard` reach the server itself.
-    os.execv(argv[0], argv)
+    os.execve(argv[0], argv, environment(child_environment(), s.dashboard_trusted_proxies))
 
 
 @db_app.command("upgrade")

@@ -6,6 +6,7 @@ nothing else reads the environment.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,11 +23,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "dev-secret", "secret", "kvgate-dev-secret"}
 DEV_SECRET = "kvgate-dev-secret"
 DEV_ADMIN_TOKEN = "kvgate-dev-admin"
+DASHBOARD_PASSWORD_MIN_LENGTH = 12
 
 
 class ConfigError(ValueError):
@@ -242,13 +244,21 @@ class Settings(BaseSettings):
     # Worker processes of `kvgate serve` (each its own event loop on its own core; they
     # share routing knowledge, the journal directory and the metrics, see routing/peers.py).
     workers: int = Field(default=1, ge=1, le=64)
-    # Asked for by the dashboard when set; unset (the demo) means no password.
+    # Asked for by the dashboard when set. Unset is allowed in development only (the
+    # demo): a production dashboard refuses to start without one (dashboard_refusal).
     dashboard_password: str | None = Field(default=None, repr=False)
     # Set by `kvgate serve --workers N` for its workers (prometheus_client's own variable):
     # every worker's metrics go there, and a scrape of any worker reports them all.
     prometheus_multiproc_dir: Path | None = Field(
         default=None, validation_alias="PROMETHEUS_MULTIPROC_DIR"
     )
+    # Failed sign-ins from one client (address; IPv6 by /64) before it is locked out for
+    # dashboard_lockout_s; each further failure doubles the lock, up to an hour.
+    dashboard_max_failures: int = Field(default=5, ge=1, le=1000)
+    dashboard_lockout_s: float = Field(default=60.0, gt=0, le=86_400)
+    # Proxies (addresses or networks, comma-separated) whose X-Forwarded-For names the
+    # dashboard's client; none by default, so the header is never believed.
+    dashboard_trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("journal_sync", mode="before")
     @classmethod
@@ -259,6 +269,18 @@ class Settings(BaseSettings):
             return "always" if value else "never"
         return value
 
+    @field_validator("dashboard_trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_networks(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            try:
+                return tuple(str(ipaddress.ip_network(str(v), strict=False)) for v in value)
+            except ValueError as exc:
+                raise ValueError(f"not an address or network: {exc}") from None
+        return value
+
     @model_validator(mode="after")
     def _no_placeholder_secrets_in_production(self) -> Settings:
         if self.environment == "production":
@@ -267,6 +289,23 @@ class Settings(BaseSettings):
             if self.admin_token in PLACEHOLDER_SECRETS | {DEV_ADMIN_TOKEN}:
                 raise ValueError("KVGATE_ADMIN_TOKEN must be set in production")
         return self
+
+    def dashboard_refusal(self) -> str | None:
+        """Why the dashboard must not start with these settings; None when it may."""
+        if self.environment != "production":
+            return None
+        password = self.dashboard_password
+        if password is None or password.strip().lower() in PLACEHOLDER_SECRETS:
+            return (
+                "KVGATE_DASHBOARD_PASSWORD must be set in production: the dashboard "
+                "shows every tenant's figures"
+            )
+        if len(password) < DASHBOARD_PASSWORD_MIN_LENGTH:
+            return (
+                f"KVGATE_DASHBOARD_PASSWORD must be at least "
+                f"{DASHBOARD_PASSWORD_MIN_LENGTH} characters in production"
+            )
+        return None
 
     def deployments(self) -> tuple[Deployment | ProviderDeployment, ...]:
         return load_deployments(self.config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -12,7 +13,7 @@ import typer
 import yaml
 
 from gateway.cli import app
-from gateway.config import DeploymentsFile
+from gateway.config import DeploymentsFile, Settings
 
 COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
@@ -129,3 +130,46 @@ def test_the_image_copies_every_package_the_cli_imports() -> None:
     dockerfile = SERVICES["gateway"]["build"]["dockerfile_inline"]
     for folder in ("gateway", "pricing", "dashboard", "migrations"):
         assert f"COPY {folder} {folder}" in dockerfile
+
+
+def test_the_dashboard_gets_a_password_the_user_must_set_and_the_rest_does_not() -> None:
+    """Compose stops with a message when KVGATE_DASHBOARD_PASSWORD is unset (`:?`): no
+    committed password, and a production dashboard never starts open."""
+    env = SERVICES["dashboard"]["environment"]
+    assert env["KVGATE_ENVIRONMENT"] == "production"
+    assert env["KVGATE_DATABASE_URL"] == SERVICES["gateway"]["environment"]["KVGATE_DATABASE_URL"]
+    assert env["KVGATE_DASHBOARD_PASSWORD"].startswith("${KVGATE_DASHBOARD_PASSWORD:?")
+    assert env["KVGATE_DASHBOARD_PASSWORD"].endswith("}")
+    assert env["KVGATE_DASHBOARD_TRUSTED_PROXIES"] == "${KVGATE_DASHBOARD_TRUSTED_PROXIES:-}"
+    for name, service in SERVICES.items():
+        if name != "dashboard":
+            assert "KVGATE_DASHBOARD_PASSWORD" not in service.get("environment", {}), name
+
+
+def interpolate(value: str, given: dict[str, str]) -> str:
+    """Compose's ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?message}`` (an error if unset)."""
+
+    def one(match: re.Match[str]) -> str:
+        name, kind, rest = match.group(1), match.group(2), match.group(3) or ""
+        if given.get(name):
+            return given[name]
+        if kind == "?":
+            raise LookupError(f"required variable {name} is missing a value: {rest}")
+        return rest
+
+    return re.sub(r"\$\{(\w+)(?::([?-])([^}]*))?\}", one, value)
+
+
+def test_compose_refuses_without_a_dashboard_password_and_starts_the_dashboard_with_one() -> None:
+    """What compose would hand the dashboard, interpolated as compose does, passes
+    `kvgate dashboard`'s check; without the user's password compose stops first."""
+    user = {"KVGATE_SECRET": "s" * 32, "KVGATE_ADMIN_TOKEN": "a-real-admin-token"}
+    environment = SERVICES["dashboard"]["environment"]
+    with pytest.raises(LookupError, match="KVGATE_DASHBOARD_PASSWORD"):
+        [interpolate(v, user) for v in environment.values()]
+    user["KVGATE_DASHBOARD_PASSWORD"] = "a-long-dashboard-password"
+    env = {k: interpolate(v, user) for k, v in environment.items()}
+    fields = {k.removeprefix("KVGATE_").lower(): v for k, v in env.items() if k != "KVGATE_CONFIG"}
+    settings = Settings(**fields)
+    assert settings.environment == "production" and settings.dashboard_refusal() is None
+    assert settings.dashboard_trusted_proxies == ()

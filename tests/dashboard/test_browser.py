@@ -6,21 +6,15 @@ that browser, it never downloads one. The screenshot is left in test-artifacts/.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gateway.accounting.recorder import insert_records
-from gateway.db import crud
-from gateway.db.migrate import upgrade
-from gateway.db.session import make_engine, session_factory, transaction
-from tests.dashboard.conftest import JAN, JUL, world_records
-from tests.support.processes import Proc, free_port, wait_http
+from tests.dashboard.served import PASSWORD, PRODUCTION, TENANTS, Seeded, dashboard
+from tests.dashboard.wire import PAGES, found
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -41,38 +35,13 @@ pytestmark = [
 
 
 @pytest.fixture
-def dashboard(tmp_path: Path) -> Iterator[str]:
-    """A dashboard process on a SQLite database holding the test world; yields its URL."""
-    url = f"sqlite:///{tmp_path / 'kvgate.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    with transaction(session_factory(engine)) as session:
-        crud.add_prices(session, prices=[JAN, JUL])
-        a = crud.create_tenant(session, name="acme").id
-        b = crud.create_tenant(session, name="bravo").id
-    insert_records(engine, world_records(a, b))
-    engine.dispose()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVGATE_")}
-    env.update({"KVGATE_DATABASE_URL": url, "HOME": str(tmp_path)})
-    log = tmp_path / "dashboard.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "dashboard", "--port", str(port)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    proc = Proc(process, f"http://127.0.0.1:{port}", log)
-    try:
-        wait_http(proc.url + "/_stcore/health", timeout_s=30, process=process)
-        yield proc.url
-    finally:
-        proc.stop()
-        if process.returncode not in (0, -15):
-            print(proc.output())
+def served(tmp_path: Path) -> Iterator[Seeded]:
+    """An open (development) dashboard on the seeded world."""
+    with dashboard(tmp_path) as running:
+        yield running
 
 
-def test_the_overview_renders_its_figures_and_charts_in_chromium(dashboard: str) -> None:
+def test_the_overview_renders_its_figures_and_charts_in_chromium(served: Seeded) -> None:
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -81,7 +50,7 @@ def test_the_overview_renders_its_figures_and_charts_in_chromium(dashboard: str)
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 1300})
-            page.goto(dashboard, wait_until="domcontentloaded")
+            page.goto(served.url, wait_until="domcontentloaded")
             page.get_by_role("heading", name="Overview").wait_for(timeout=30_000)
             metrics = page.locator('[data-testid="stMetric"]')
             metrics.nth(11).wait_for(timeout=30_000)
@@ -96,9 +65,51 @@ def test_the_overview_renders_its_figures_and_charts_in_chromium(dashboard: str)
         finally:
             browser.close()
     assert metrics is not None
-    assert "USD 0.150974155" in text  # spend: opens on the week up to the last traffic
+    assert served.total_spend == "0.172992355"
+    assert f"USD {served.total_spend}" in text  # spend: opens on the week up to the last traffic
     assert "Completed interactions" in text and "Routing efficiency" in text
     for page_name in ("Overview", "Tenants", "Models and prices", "Routing", "Requests"):
         assert page_name in sidebar
     assert shot.stat().st_size > 20_000
     assert shutil.which("chromium") or Path(CHROMIUM).exists()
+
+
+def test_chromium_receives_no_page_data_before_sign_in(tmp_path: Path) -> None:
+    """Every page's URL opened in Chromium before sign-in: the form alone, and not a
+    tenant, figure or amount in the page or in any websocket frame. Signed in, the same
+    checks find them."""
+    from playwright.sync_api import WebSocket, sync_playwright
+
+    frames: list[bytes] = []
+
+    def listen(socket: WebSocket) -> None:
+        def keep(payload: Any) -> None:
+            frames.append(payload if isinstance(payload, bytes) else str(payload).encode())
+
+        socket.on("framereceived", keep)
+
+    settings = {**PRODUCTION, "KVGATE_DASHBOARD_PASSWORD": PASSWORD}
+    with dashboard(tmp_path, **settings) as served, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1300})
+            page.on("websocket", listen)
+            for path in PAGES:
+                page.goto(f"{served.url}/{path}", wait_until="domcontentloaded")
+                page.get_by_label("Dashboard password").wait_for(timeout=30_000)
+                page.wait_for_timeout(500)  # anything the run sends after the form
+                assert found(b"".join(frames), served.secrets) == [], path
+                assert found(page.content(), served.secrets) == [], path
+                assert page.locator('[data-testid="stSidebar"]').count() == 0, path
+            before = len(frames)
+            print(f"\nChromium before sign-in: {before} frames, {sum(map(len, frames))} B")
+            page.get_by_label("Dashboard password").fill(PASSWORD)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("heading", name="Requests").wait_for(timeout=30_000)
+            sidebar = page.locator('[data-testid="stSidebar"]')
+            sidebar.get_by_text("Sign out").wait_for(timeout=30_000)
+            page.goto(served.url, wait_until="domcontentloaded")  # a new session: the form
+            page.get_by_label("Dashboard password").wait_for(timeout=30_000)
+        finally:
+            browser.close()
+    assert found(b"".join(frames[before:]), TENANTS) == list(TENANTS)

@@ -307,14 +307,3 @@ def test_requests_page_lists_filters_and_looks_up_every_attempt(
     assert len(app.dataframe(key="attempts").value) == 3
     app.text_input(key="lookup").set_value("nope").run()
     assert "No request or interaction 'nope'" in texts(app, "warning")
-
-
-def test_a_password_is_asked_for_when_set(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVGATE_DATABASE_URL", world.url)
-    monkeypatch.setenv("KVGATE_DASHBOARD_PASSWORD", "s3cret-dashboard")
-    app = AppTest.from_file(str(open_app.__globals__["APP"]), default_timeout=30).run()
-    assert not app.metric and not app.sidebar.children
-    app.text_input(key="kvgate.password").set_value("wrong").run()
-    assert "That is not the dashboard password." in texts(app, "error")
-    app.text_input(key="kvgate.password").set_value("s3cret-dashboard").run()
-    assert app.title[0].value == "Overview"

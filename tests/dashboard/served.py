@@ -1,0 +1,104 @@
+"""`kvgate dashboard` as a real process on loopback, on a seeded SQLite database.
+
+The tenants have names no page would show by accident, so a test that looks for them (and
+for the spend they add up to) in what reaches a client knows data when it sees it.
+SQLite only: what the sign-in gate lets through does not depend on the database
+(tests/dashboard/test_pages.py renders every page on both).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from dashboard import formatting
+from gateway.accounting.recorder import insert_records
+from gateway.db import crud
+from gateway.db.migrate import upgrade
+from gateway.db.session import make_engine, session_factory, transaction
+from gateway.usage import Usage
+from tests.dashboard.conftest import JAN, JUL, at, make, world_records
+from tests.support.processes import Proc, free_port, wait_http
+
+TENANTS = ("zephyr-holdings-8841", "quokka-labs-2297")
+PASSWORD = "correct-horse-battery-5521"
+# What a production dashboard needs besides its password (real-looking, not placeholders).
+PRODUCTION = {
+    "KVGATE_ENVIRONMENT": "production",
+    "KVGATE_SECRET": "a-real-server-secret-for-tests-0f3a",
+    "KVGATE_ADMIN_TOKEN": "a-real-admin-token-for-tests-77c1",
+}
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """The dashboard's URL and what its pages show once signed in."""
+
+    url: str
+    proc: Proc
+    # The spend over both tenants, as the overview shows it ("0.172992355"), and each
+    # tenant's (by name) as its tiles show it.
+    total_spend: str
+    tenant_spend: dict[str, str]
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every string that is data: none may reach a client before sign-in."""
+        return (*TENANTS, self.total_spend, *self.tenant_spend.values())
+
+
+def amount(value: Decimal) -> str:
+    """A money figure as the dashboard writes it, less the currency."""
+    return formatting.money(value).removeprefix("USD ")
+
+
+def seed(url: str) -> tuple[str, dict[str, str]]:
+    """Two tenants with the test world's requests, and one more that gives the second an
+    unmistakable spend; the spend in all and by tenant."""
+    upgrade(url)
+    engine = make_engine(url)
+    with transaction(session_factory(engine)) as session:
+        crud.add_prices(session, prices=[JAN, JUL])
+        ids = [crud.create_tenant(session, name=name).id for name in TENANTS]
+    records = [
+        *world_records(*ids),
+        make(8, ids[1], at(1, 3), Usage(123_457, 0, 0, 7_777), interaction="i8"),
+    ]
+    insert_records(engine, records)
+    engine.dispose()
+    each = {
+        name: amount(sum((r.cost.total for r in records if r.tenant_id == i), Decimal(0)))
+        for name, i in zip(TENANTS, ids, strict=True)
+    }
+    return amount(sum((r.cost.total for r in records), Decimal(0))), each
+
+
+@contextmanager
+def dashboard(tmp_path: Path, **settings: str) -> Iterator[Seeded]:
+    """A dashboard process with ``settings`` (KVGATE_* names) on a seeded database."""
+    url = f"sqlite:///{tmp_path / 'kvgate.db'}"
+    total, each = seed(url)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVGATE_")}
+    env.update({"KVGATE_DATABASE_URL": url, "HOME": str(tmp_path), **settings})
+    log = tmp_path / f"dashboard-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "dashboard", "--port", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    proc = Proc(process, f"http://127.0.0.1:{port}", log)
+    try:
+        wait_http(proc.url + "/_stcore/health", timeout_s=60, process=process)
+        yield Seeded(proc.url, proc, total, each)
+    finally:
+        proc.stop()
+        if process.returncode not in (0, -15):
+            print(proc.output())
