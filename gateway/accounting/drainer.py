@@ -102,8 +102,8 @@ class Drainer:
                 return
             # Go again at once only after a full batch (a backlog) or while stopping. A
             # part batch means the journal is drained: going again at once would chase its
-            # tail, a transaction for every few records as they arrive (measured: four
-            # records a transaction at 800 requests/s, 0.4 ms of writer CPU a record).
+            # tail, a transaction for every few records as they arrive (benchmarks/README.md
+            # has what that cost the writer).
             if written >= self.batch_size or stopping_now:
                 wake.set()
 

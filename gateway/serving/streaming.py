@@ -1,8 +1,8 @@
 """EventStream: a server-sent event response whose body stops when the client leaves.
 
 Starlette's ``StreamingResponse`` does the same with an anyio task group per response
-(a task, a cancel scope and the group's bookkeeping): about a tenth of a streamed
-request's CPU in the gateway, measured with py-spy. Here one asyncio task waits for
+(a task, a cancel scope and the group's bookkeeping), a measurable share of a streamed
+request's CPU (benchmarks/README.md). Here one asyncio task waits for
 ``http.disconnect`` and cancels the task sending the stream; the body's generator sees the
 cancellation at the point it waits (for the upstream, usually), records the request as
 cancelled and closes the upstream call.

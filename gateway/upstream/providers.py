@@ -329,8 +329,9 @@ class Providers:
             litellm.telemetry = False
             litellm.suppress_debug_info = True
             litellm.drop_params = True
-            # litellm prices every response with its own map (twice, ~2 ms of CPU); kvgate
-            # bills from its dated book and never reads that figure, so it is not computed.
+            # litellm prices every response with its own map, twice (milliseconds of CPU:
+            # benchmarks/README.md); kvgate bills from its dated book and never reads
+            # that figure, so it is not computed.
             Logging.response_cost_calculator = _no_cost  # type: ignore[method-assign]
             for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
                 logging.getLogger(name).setLevel(logging.WARNING)

@@ -1,7 +1,8 @@
 """The one module that talks HTTP to vLLM replicas: a pooled aiohttp session.
 
-aiohttp is the client because it holds up under concurrency (~0.17 ms a request here,
-against ~3 ms for httpx); one session, created in the app's lifespan, serves every call.
+aiohttp is the client because it holds up under concurrency where httpx collapses
+(benchmarks/README.md, "Why the code is the way it is"); one session, created in the
+app's lifespan, serves every call.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ On Postgres a batch is one short statement over ``unnest`` of one array per colu
 
 SQLAlchemy's own batch form (``insertmanyvalues``) writes one ``VALUES`` group per row into
 one long statement, which psycopg then parses for its placeholders on every batch: for
-the requests table that parse was about 60% of the writer's CPU, some 0.3 ms a record
-(cProfile, 500-record batches). With arrays the statement is the same for every batch,
+the requests table that parse was most of the writer's CPU (benchmarks/README.md). With
+arrays the statement is the same for every batch,
 its text is parsed once, and the values travel as arrays in binary form.
 
 Other databases (SQLite, the embedded default) take SQLAlchemy's form, which is cheap
