@@ -29,6 +29,7 @@ from gateway.metrics import Metrics
 from gateway.routing.fleet import Fleet
 from gateway.routing.peers import PeerLink, peer_directory
 from gateway.serving.context import new_request_id
+from gateway.serving.fleets import fleet_configs, prompt_tokenizer
 from gateway.serving.hosted import build_provider_proxy
 from gateway.serving.vllm import Proxy
 from gateway.upstream.vllm import make_session
@@ -137,7 +138,10 @@ def create_app(settings: Settings) -> FastAPI:
         state.proxy = proxy = Proxy(
             secret=settings.secret,
             session=state.http,
-            fleets={name: Fleet(d) for name, d in state.deployments.items() if d.backend == "vllm"},
+            fleets={
+                name: Fleet(config, tokenizer=prompt_tokenizer(config.tokenizer))
+                for name, config in fleet_configs(state.deployments.values()).items()
+            },
             ledger=ledger,
         )
 
@@ -163,7 +167,7 @@ def create_app(settings: Settings) -> FastAPI:
                 for replica in fleet.replicas:
                     metrics.replica_up.labels(name, replica.url).set(replica.available(now))
                     metrics.replica_in_flight.labels(name, replica.url).set(replica.in_flight)
-                    if fleet.deployment.kv_events:
+                    if fleet.config.kv_events:
                         metrics.replica_kv_events_fresh.labels(name, replica.url).set(
                             fleet.index.fresh(replica.url)
                         )

@@ -33,8 +33,10 @@ from gateway.errors import (
     UpstreamUnavailable,
     error_body,
 )
-from gateway.routing.fleet import Fleet, Placement, Replica, Route
+from gateway.routing.fleet import Fleet
+from gateway.routing.placement import NoReplicaAvailable, Placement, Replica, Route
 from gateway.serving.context import Context, now
+from gateway.serving.prompts import routing_prompt
 from gateway.serving.streaming import EventStream
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
@@ -91,7 +93,10 @@ class Proxy:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
         route = await self.fleets[ctx.deployment.name].route_async(
-            call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id
+            routing_prompt(call),
+            cache_salt=salt,
+            request_id=ctx.request_id,
+            interaction_id=ctx.interaction_id,
         )
         return encoded, route
 
@@ -107,10 +112,11 @@ class Proxy:
         request_id = ctx.request_id if number == 1 else f"{ctx.request_id}.{number}"
         try:
             placement = self.fleets[ctx.deployment.name].place(route, exclude=frozenset(tried))
-        except UpstreamUnavailable as exc:
+        except NoReplicaAvailable as exc:
             # No replica to try (all down): the refusal is still a failed attempt on record.
-            await self._keep_unplaced(ctx, request_id, number, exc)
-            raise
+            error = UpstreamUnavailable(str(exc))
+            await self._keep_unplaced(ctx, request_id, number, error)
+            raise error from None
         tried.add(placement.replica.url)
         return Attempt(request_id=request_id, number=number, route=route, placement=placement)
 
