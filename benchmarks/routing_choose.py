@@ -3,7 +3,9 @@
 A 32,000-token prompt (~128,000 characters of chat, text mode, 64-character chunks) over
 16 replicas whose index holds 2,000 chunks each; one replica holds three quarters of the
 prompt, the others only its first chunks, so the index walk is as long as it gets in
-practice. Prints median and p99 per stage and for the whole path, over many runs.
+practice. Prints median and p99 per stage and for the whole path, over many runs; last,
+the gateway's own `Fleet` (route + place + finish: hashing, the ceiling, the shared
+placement code with its views and the index's record of the placement).
 
     PYTHONPATH=. .venv/bin/python benchmarks/routing_choose.py
 """
@@ -16,7 +18,10 @@ import time
 from collections.abc import Callable
 
 from gateway.routing.blocks import DEFAULT_CHUNK_CHARS, render_chat, root_hash, text_block_hashes
+from gateway.routing.fleet import Fleet
+from gateway.routing.fleet_config import FleetConfig
 from gateway.routing.index import ApproximateIndex
+from gateway.routing.inputs import ChatPrompt
 from gateway.routing.policy import ReplicaView, RouteRequest, choose
 
 REPLICAS = 16
@@ -105,7 +110,35 @@ def main() -> None:
     for policy in ("kv-aware", "least-loaded", "session", "round-robin"):
         timed(f"choose({policy})", lambda p=policy: choose(p, request, views))
     timed("whole path (render + hash + match + views + choose)", route)
-    print(f"\nchosen: {names[route()]}")
+    fleet = gateway_fleet(messages)
+
+    def place() -> str:
+        routed = fleet.route(
+            ChatPrompt(messages), cache_salt="tenant-salt", request_id="r", interaction_id="i"
+        )
+        placement = fleet.place(routed)
+        fleet.finish(placement)
+        return placement.replica.name
+
+    timed("the gateway's Fleet: route + place + finish", place)
+    print(f"\nchosen: {names[route()]}; by the Fleet: {place()}")
+
+
+def gateway_fleet(messages: list[dict[str, str]]) -> Fleet:
+    """The live fleet over the same 16 replicas, its index filled the same way."""
+    urls = tuple(f"http://10.0.0.{i}:8000" for i in range(REPLICAS))
+    config = FleetConfig(
+        name="m", replicas=urls, upstream_model="llama-3.1-8b", capacity_blocks=4_000
+    )
+    fleet = Fleet(config)
+    hashes = fleet.route(
+        ChatPrompt(messages), cache_salt="tenant-salt", request_id="r", interaction_id="i"
+    ).prompt.hashes
+    rng = random.Random(5)
+    for i, url in enumerate(urls):
+        fleet.index.record(url, [rng.getrandbits(64) for _ in range(2_000)])
+        fleet.index.record(url, hashes[: len(hashes) * 3 // 4] if i == 3 else hashes[:30])
+    return fleet
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from gateway.routing.fleet import Fleet
 from gateway.routing.peers import PeerLink, peer_directory
 from gateway.serving.backend import Backend
 from gateway.serving.context import new_request_id
+from gateway.serving.fleets import fleet_configs, prompt_tokenizer
 from gateway.serving.hosted import build_hosted
 from gateway.serving.path import Serving
 from gateway.serving.vllm import VllmBackend
@@ -140,11 +141,17 @@ def create_app(settings: Settings) -> FastAPI:
             observers=[metrics.observe],
         )
         state.fleets = fleets = {
-            name: Fleet(d) for name, d in state.deployments.items() if d.backend == "vllm"
+            name: Fleet(config, tokenizer=prompt_tokenizer(config.tokenizer))
+            for name, config in fleet_configs(state.deployments.values()).items()
         }
         backends: dict[str, Backend] = {}
         if fleets:
-            vllm = VllmBackend(secret=settings.secret, session=state.http, fleets=fleets)
+            vllm = VllmBackend(
+                secret=settings.secret,
+                session=state.http,
+                fleets=fleets,
+                deployments={n: d for n, d in state.deployments.items() if n in fleets},
+            )
             backends.update(dict.fromkeys(fleets, vllm))
         # litellm is imported (seconds) only when a deployment needs it, and before serving.
         hosted = await build_hosted(settings, state.deployments)
@@ -171,7 +178,7 @@ def create_app(settings: Settings) -> FastAPI:
                 for replica in fleet.replicas:
                     metrics.replica_up.labels(name, replica.url).set(replica.available(now))
                     metrics.replica_in_flight.labels(name, replica.url).set(replica.in_flight)
-                    if fleet.deployment.kv_events:
+                    if fleet.config.kv_events:
                         metrics.replica_kv_events_fresh.labels(name, replica.url).set(
                             fleet.index.fresh(replica.url)
                         )

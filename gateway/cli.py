@@ -82,9 +82,11 @@ def serve(
     """Run the gateway."""
     import uvicorn
 
+    from gateway.serving.fleets import fleet_configs
+
     s = settings(config)
     try:
-        s.deployments()
+        fleet_configs(s.deployments())  # what routing refuses, said before serving
     except ConfigError as exc:
         fail(str(exc))
     logging.basicConfig(

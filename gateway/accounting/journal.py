@@ -16,8 +16,8 @@ Durability, by ``sync`` mode (``KVGATE_JOURNAL_SYNC``):
   request costs the thread nothing: it is woken once per window, not once per record.
 - ``always``: ``append`` returns once the record's group is written and ``fdatasync``ed:
   a record survives a machine crash too, at one flush on every response (its cost is
-  in benchmarks/README.md). Records that arrive while a flush is in progress form the next group: one
-  ``write`` and one flush per group, however many requests wait on it.
+  in benchmarks/README.md). Records that arrive while a flush is in progress form the
+  next group: one ``write`` and one flush per group, however many requests wait on it.
 - ``never``: written at once, never synced by us (the kernel flushes in its own time).
 """
 

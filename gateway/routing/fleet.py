@@ -1,9 +1,10 @@
-"""The replicas of one deployment: load, health, and where each request goes.
+"""The replicas of one deployment: health, load readings, KV events, and the placement
+of each request (`gateway.routing.placement`, the code replay runs too).
 
-    prompt hashes (once) ─▶ ceiling.observe ─▶ index.match_all ─▶ ReplicaView per healthy
-    replica ─▶ policy.choose ─▶ Placement (in-flight, queued prefill) ─▶ index.record
+    prompt input ─▶ hasher: block hashes (once) ─▶ ceiling.observe ─▶ Route
+    place ─▶ Placer: views, policy.choose, in flight, queued prefill, index.record
     first token ─▶ queued prefill becomes a running sequence
-    usage ─▶ index.correct (a replica that reports less than predicted has evicted)
+    usage ─▶ learn: index.correct (a replica that reports less than predicted has evicted)
     KV events ─▶ exact holdings, used for replicas whose event stream is in sync
     /metrics ─▶ the replica's own running and waiting counts, block size, hash algorithm
 
@@ -13,27 +14,30 @@ Everything here runs on the event loop and is O(replicas + prompt blocks) per re
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
-import xxhash
 
-from gateway.api.calls import Call
-from gateway.config import Deployment
-from gateway.errors import UpstreamUnavailable
 from gateway.routing.ceiling import HitCeiling
 from gateway.routing.exact import RoutingIndex
+from gateway.routing.fleet_config import FleetConfig
 from gateway.routing.index import ApproximateIndex
-from gateway.routing.load import ReplicaLoad, read_load
+from gateway.routing.inputs import PromptInput, PromptTokenizer
+from gateway.routing.load import read_load
 from gateway.routing.peers import CORRECTED, PLACED, PeerLink
-from gateway.routing.policy import ReplicaView, RouteRequest, Tunables, choose
-from gateway.routing.prompts import Prompt, PromptHasher
+from gateway.routing.placement import (
+    Placement,
+    Placer,
+    Replica,
+    Route,
+    make_route,
+    tokens_for_blocks,
+)
+from gateway.routing.prompts import SIM_TOKENIZER, Prompt, PromptHasher
 
 if TYPE_CHECKING:
     from gateway.routing.kv_events import KvEventConsumer
@@ -43,92 +47,58 @@ log = logging.getLogger("kvgate.fleet")
 OFF_LOOP_PROMPT_CHARS = 8_000
 
 
-@dataclass(slots=True)
-class Replica:
-    url: str
-    in_flight: int = 0
-    queued_prefill_tokens: int = 0  # predicted uncached tokens of requests before first token
-    running: int = 0  # requests past their first token
-    down_until: float = 0.0
-    failures: int = 0
-    load: ReplicaLoad | None = None  # the replica's own last reading of its /metrics
-
-    def available(self, now: float) -> bool:
-        return self.down_until <= now
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """The routing facts of one request, computed once for all its attempts."""
-
-    prompt: Prompt
-    ceiling_blocks: int
-    key: int
-    interaction: int
-
-
-@dataclass(slots=True)
-class Placement:
-    """One attempt's place on a replica, and what the router expected there."""
-
-    replica: Replica
-    predicted_blocks: int
-    queued_tokens: int
-    started: bool = False
-    finished: bool = False
-
-
-def _view(replica: Replica, matched_blocks: int) -> ReplicaView:
-    """The policy's view of a replica: this gateway's counts, or the replica's own when
-    they are higher (other gateways' requests are there too)."""
-    running, in_flight = replica.running, replica.in_flight
-    load = replica.load
-    if load is not None:
-        running = max(running, load.running)
-        in_flight = max(in_flight, load.running + load.waiting)
-    return ReplicaView(
-        name=replica.url,
-        matched_blocks=matched_blocks,
-        in_flight=in_flight,
-        queued_prefill_tokens=replica.queued_prefill_tokens,
-        running=running,
-    )
-
-
-def _key(text: str) -> int:
-    return xxhash.xxh3_64_intdigest(text.encode())
-
-
 class Fleet:
     """The replicas behind one model name."""
 
-    def __init__(self, deployment: Deployment, *, ceiling: HitCeiling | None = None) -> None:
-        self.deployment = deployment
-        self.replicas = [Replica(url) for url in deployment.replica_urls]
-        self._urls = frozenset(deployment.replica_urls)
-        self.policy = deployment.policy
-        self.tunables = Tunables(**deployment.tunables)  # type: ignore[arg-type]  # validated in config
+    def __init__(
+        self,
+        config: FleetConfig,
+        *,
+        tokenizer: PromptTokenizer | None = None,
+        ceiling: HitCeiling | None = None,
+    ) -> None:
+        if (config.tokenizer is None) != (tokenizer is None):
+            raise ValueError(
+                f"model {config.name!r}: tokenizer {config.tokenizer!r} configured, "
+                f"{'none' if tokenizer is None else 'one'} given"
+            )
+        self.config = config
+        self.name = config.name
+        self.replicas = [Replica(url, capacity=config.max_num_seqs) for url in config.replicas]
+        self._urls = frozenset(config.replicas)
         self.hasher = PromptHasher(
-            model=deployment.served_name,
-            block_size=deployment.block_size,
-            tokenizer=deployment.tokenizer,
-            hash_seed=deployment.hash_seed,
+            model=config.served_name,
+            block_size=config.block_size,
+            tokenizer=tokenizer,
+            hash_seed=config.hash_seed,
+            # A model directory's replicas say how they size and hash blocks (read_loads);
+            # the simulator's are the deployment's.
+            configured=config.tokenizer in (None, SIM_TOKENIZER),
         )
-        self.index = RoutingIndex(ApproximateIndex(deployment.capacity_blocks))
+        self.index = RoutingIndex(ApproximateIndex(config.capacity_blocks))
+        self.placer = Placer(
+            self.replicas,
+            self.index,
+            policy=config.policy,
+            tunables=config.tunables,
+            name=config.name,
+        )
         self.ceiling = ceiling or HitCeiling()
         self.consumers: list[KvEventConsumer] = []  # made by event_consumers()
         # The other workers of this gateway, told of every change to the index (peers.py).
         self.peers: PeerLink | None = None
-        self._sequence = itertools.count()
 
     # -- a request's life --------------------------------------------------------------
 
-    def route(self, call: Call, *, cache_salt: str, request_id: str, interaction_id: str) -> Route:
-        prompt = self.hasher.prompt(call, cache_salt)
+    def route(
+        self, source: PromptInput, *, cache_salt: str, request_id: str, interaction_id: str
+    ) -> Route:
+        """The request's blocks under the tenant's salt, and its keys, for every attempt."""
+        prompt = self.hasher.prompt(source, cache_salt)
         return self._route(prompt, request_id=request_id, interaction_id=interaction_id)
 
     async def route_async(
-        self, call: Call, *, cache_salt: str, request_id: str, interaction_id: str
+        self, source: PromptInput, *, cache_salt: str, request_id: str, interaction_id: str
     ) -> Route:
         """``route``, with a long prompt's tokenizing and hashing in a worker thread.
 
@@ -137,85 +107,51 @@ class Fleet:
         request meanwhile. Short prompts, and text mode (about 0.3 ms for 32,000 tokens),
         stay on the loop, where a thread hop would cost more than the work.
         """
-        if self.hasher.exact and call.prompt_chars > OFF_LOOP_PROMPT_CHARS:
-            prompt = await asyncio.to_thread(self.hasher.prompt, call, cache_salt)
+        if self.hasher.exact and source.chars > OFF_LOOP_PROMPT_CHARS:
+            prompt = await asyncio.to_thread(self.hasher.prompt, source, cache_salt)
         else:
-            prompt = self.hasher.prompt(call, cache_salt)
+            prompt = self.hasher.prompt(source, cache_salt)
         return self._route(prompt, request_id=request_id, interaction_id=interaction_id)
 
     def _route(self, prompt: Prompt, *, request_id: str, interaction_id: str) -> Route:
         # The salt is in every hash's root, so one scope per deployment keeps tenants apart.
-        return Route(
-            prompt=prompt,
-            ceiling_blocks=self.ceiling.observe(self.deployment.name, prompt.hashes),
-            key=_key(request_id),
-            interaction=_key(interaction_id),
+        return make_route(
+            prompt,
+            request_id=request_id,
+            interaction_id=interaction_id,
+            ceiling_blocks=self.ceiling.observe(self.name, prompt.hashes),
         )
 
     def place(self, route: Route, *, exclude: frozenset[str] = frozenset()) -> Placement:
-        """Choose a replica for one attempt and count it as in flight there."""
-        now = time.monotonic()
-        candidates = [r for r in self.replicas if r.url not in exclude and r.available(now)]
-        if not candidates:
-            raise UpstreamUnavailable(
-                f"no healthy replica for model {self.deployment.name!r}; retry shortly"
-            )
-        prompt = route.prompt
-        matched = self.index.match_all(prompt.hashes) if prompt.hashes else {}
-        views = [_view(r, matched.get(r.url, 0)) for r in candidates]
-        request = RouteRequest(
-            seq=next(self._sequence),
-            key=route.key,
-            interaction=route.interaction,
-            prompt_tokens=prompt.prompt_tokens,
-            block_tokens=prompt.block_tokens,
-        )
-        chosen = candidates[choose(self.policy, request, views, self.tunables)]
-        predicted = matched.get(chosen.url, 0)
-        queued = max(prompt.prompt_tokens - predicted * prompt.block_tokens, 0)
-        chosen.in_flight += 1
-        chosen.queued_prefill_tokens += queued
-        if prompt.hashes:
-            self.index.record(chosen.url, prompt.hashes)
-            if self.peers is not None:
-                self.peers.placed(self.deployment.name, chosen.url, prompt.hashes)
-        return Placement(replica=chosen, predicted_blocks=predicted, queued_tokens=queued)
+        """Choose a replica for one attempt and count it as in flight there; raises
+        `NoReplicaAvailable` when every replica is down or excluded."""
+        placement = self.placer.place(route, now=time.monotonic(), exclude=exclude)
+        if self.peers is not None and route.prompt.hashes:
+            self.peers.placed(self.name, placement.replica.name, route.prompt.hashes)
+        return placement
 
     def first_token(self, placement: Placement) -> None:
-        if placement.started or placement.finished:
-            return
-        placement.started = True
-        replica = placement.replica
-        replica.queued_prefill_tokens -= placement.queued_tokens
-        replica.running += 1
+        """The attempt streamed its first token."""
+        self.placer.first_token(placement)
 
     def finish(self, placement: Placement) -> None:
-        if placement.finished:
-            return
-        placement.finished = True
-        replica = placement.replica
-        replica.in_flight -= 1
-        if placement.started:
-            replica.running -= 1
-        else:
-            replica.queued_prefill_tokens -= placement.queued_tokens
+        """The attempt ended."""
+        self.placer.finish(placement)
 
     def learn(
         self, route: Route, placement: Placement, *, cached_tokens: int, prompt_tokens: int
     ) -> None:
         """Fold a replica's reported cached tokens back into the index."""
-        prompt = route.prompt
-        reported = self.hasher.reported_blocks(prompt, cached_tokens, prompt_tokens)
-        # vLLM never reports the block holding the prompt's last token as cached.
-        predicted = min(placement.predicted_blocks, (prompt_tokens - 1) // prompt.block_tokens)
-        if not prompt.exact and predicted - 1 <= reported < predicted:
-            reported = predicted  # text chunks only approximate blocks: rounding, not eviction
-        self.index.correct(
-            placement.replica.url, prompt.hashes, reported, predicted_blocks=predicted
+        learned = self.placer.learn(
+            route, placement, cached_tokens=cached_tokens, prompt_tokens=prompt_tokens
         )
-        if self.peers is not None and reported != predicted:
+        if self.peers is not None and learned.reported_blocks != learned.predicted_blocks:
             self.peers.corrected(
-                self.deployment.name, placement.replica.url, prompt.hashes, reported, predicted
+                self.name,
+                learned.replica,
+                route.prompt.hashes,
+                learned.reported_blocks,
+                learned.predicted_blocks,
             )
 
     def apply_peer(
@@ -225,39 +161,37 @@ class Fleet:
         if replica not in self._urls or not hashes:
             return  # a worker with another configuration: not this fleet's replica
         if kind == PLACED:
-            self.ceiling.observe(self.deployment.name, hashes)
+            self.ceiling.observe(self.name, hashes)
             self.index.record(replica, hashes)
         elif kind == CORRECTED:
             self.index.correct(replica, hashes, reported, predicted_blocks=predicted)
 
     def predicted_tokens(self, route: Route, placement: Placement, prompt_tokens: int) -> int:
-        return self.hasher.tokens(route.prompt, placement.predicted_blocks, prompt_tokens)
+        """Cached tokens the router predicted for the attempt, as the replica counts them."""
+        return tokens_for_blocks(route.prompt, placement.predicted_blocks, prompt_tokens)
 
     def ceiling_tokens(self, route: Route, prompt_tokens: int) -> int:
-        return self.hasher.tokens(route.prompt, route.ceiling_blocks, prompt_tokens)
+        """Cached tokens a perfect router with an infinite cache would have got."""
+        return tokens_for_blocks(route.prompt, route.ceiling_blocks, prompt_tokens)
 
     # -- what the replicas say about themselves -----------------------------------------
 
     def event_consumers(self) -> list[KvEventConsumer]:
         """One KV event consumer per replica that publishes, feeding the exact index."""
-        if not self.deployment.kv_events:
+        if not self.config.kv_events:
             return []
         # ZeroMQ (60 ms to import) only for deployments that publish KV events.
-        from gateway.routing.kv_events import KvEventConsumer, KvEventSource
+        from gateway.routing.kv_events import KvEventConsumer
 
         self.consumers = [
-            KvEventConsumer(
-                KvEventSource(replica.url, events.endpoint, events.replay_endpoint, events.topic),
-                self.index.exact,
-                on_fresh=self.index.set_fresh,
-            )
-            for replica, events in zip(self.replicas, self.deployment.kv_events, strict=True)
+            KvEventConsumer(source, self.index.exact, on_fresh=self.index.set_fresh)
+            for source in self.config.kv_events
         ]
         return self.consumers
 
     async def read_loads(self, session: aiohttp.ClientSession) -> None:
         """Read every replica's /metrics: its load, and how it names blocks."""
-        model = self.deployment.served_name
+        model = self.config.served_name
         loads = await asyncio.gather(
             *(read_load(session, r.url, model=model) for r in self.replicas)
         )
@@ -277,7 +211,7 @@ class Fleet:
         """Out of rotation until a health check passes (a cool-down alone would send requests
         to a dead replica again each time it ran out)."""
         if replica.available(time.monotonic()):
-            log.warning("replica %s of %s taken out", replica.url, self.deployment.name)
+            log.warning("replica %s of %s taken out", replica.url, self.name)
         replica.failures += 1
         replica.down_until = math.inf
         # A replica that went away may come back empty: its blocks are not to be trusted.
@@ -285,7 +219,7 @@ class Fleet:
 
     def mark_up(self, replica: Replica) -> None:
         if replica.down_until:
-            log.info("replica %s of %s back in rotation", replica.url, self.deployment.name)
+            log.info("replica %s of %s back in rotation", replica.url, self.name)
         replica.failures = 0
         replica.down_until = 0.0
 

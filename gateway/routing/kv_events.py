@@ -36,6 +36,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from gateway.routing.fleet_config import KvEventSource
 from gateway.routing.index import KvEventSink
 from gateway.routing.kv_wire import (
     END_SEQ,
@@ -53,16 +54,6 @@ log = logging.getLogger("kvgate.kv_events")
 # Sequence numbers of recently applied batches, to tell a duplicate from a restart.
 _RECENT = 4096
 _MONITORED = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
-
-
-@dataclass(frozen=True, slots=True)
-class KvEventSource:
-    """Where one replica publishes: its PUB endpoint, replay endpoint and topic."""
-
-    replica: str
-    endpoint: str
-    replay_endpoint: str | None = None
-    topic: str = ""
 
 
 @dataclass(slots=True)

@@ -37,6 +37,9 @@ from dataclasses import dataclass
 import xxhash
 
 POLICIES = ("kv-aware", "round-robin", "least-loaded", "random", "session")
+# vLLM 0.32's `vllm serve` runs 256 sequences at once on most GPUs when not told otherwise
+# (1,024 on H100/H200-class ones, 128 per rank on CPU): a deployment says its own.
+DEFAULT_MAX_NUM_SEQS = 256
 
 _MASK64 = (1 << 64) - 1
 _hash = xxhash.xxh3_64_intdigest
@@ -62,7 +65,7 @@ class ReplicaView:
     in_flight: int = 0  # requests sent and not finished
     queued_prefill_tokens: int = 0  # predicted uncached tokens of requests before prefill
     running: int = 0  # sequences past their first token (decoding)
-    capacity: int = 64  # sequences it runs at once (vLLM max_num_seqs)
+    capacity: int = DEFAULT_MAX_NUM_SEQS  # sequences it runs at once (vLLM max_num_seqs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,15 @@ What vLLM 0.32 does with a Hugging Face tokenizer, and what is reproduced here:
 - completions: a string prompt is tokenized WITH special tokens (BOS, by the tokenizer's
   post-processor); a list of token ids is taken as is.
 
-Loading a tokenizer costs tens of milliseconds and is done once per deployment; encoding
-is the `tokenizers` Rust library, well under a millisecond for ordinary prompts.
+`ChatTokenizer` is a `gateway.routing.inputs.PromptTokenizer`: the app loads it once per
+deployment (tens of milliseconds) and hands it to the fleet; encoding is the `tokenizers`
+Rust library, well under a millisecond for ordinary prompts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
+from gateway.routing.inputs import ChatPrompt, TextPrompt
 
 SPECIAL_TOKEN_NAMES = (
     "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
@@ -109,48 +112,49 @@ class ChatTokenizer:
         batch = self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)
         return list(batch[0].ids)
 
-    def render(self, body: Mapping[str, Any]) -> str:
-        """A chat request's prompt text, as vLLM renders it."""
+    def render(self, chat: ChatPrompt) -> str:
+        """A chat's prompt text, as vLLM renders it."""
         if self._template is None:
             raise TokenizerError("the tokenizer has no chat template")
-        messages = [self._message(m) for m in body["messages"]]
+        messages = [self._message(m) for m in chat.messages]
         kwargs: dict[str, Any] = dict(self.special_tokens)
-        extra = body.get("chat_template_kwargs")
-        if isinstance(extra, Mapping):
-            kwargs.update(extra)
-        continue_final = bool(body.get("continue_final_message", False))
-        add_generation_prompt = body.get("add_generation_prompt", True) and not continue_final
+        if isinstance(chat.template_kwargs, Mapping):
+            kwargs.update(chat.template_kwargs)
+        continue_final = chat.continue_final_message
+        add_generation_prompt = chat.add_generation_prompt and not continue_final
         tag = "CONTINUE_FINAL_MESSAGE_TAG "
         if continue_final and messages and isinstance(messages[-1].get("content"), str):
             messages[-1] = {**messages[-1], "content": messages[-1]["content"] + tag}
-        text = self._template.render(
-            messages=messages,
-            tools=body.get("tools"),
-            documents=body.get("documents"),
-            add_generation_prompt=bool(add_generation_prompt),
-            **kwargs,
-        )
+        try:
+            text = self._template.render(
+                messages=messages,
+                tools=chat.tools,
+                documents=chat.documents,
+                add_generation_prompt=add_generation_prompt,
+                **kwargs,
+            )
+        except jinja2.TemplateError as exc:
+            raise TokenizerError(f"the chat template refused the chat: {exc}") from exc
         if continue_final and tag.strip() in text:
             # As transformers does: cut the chat right after the final message's text.
             at = text.rindex(tag.strip())
             text = text[:at] if text[at : at + len(tag)] == tag else text[:at].rstrip()
         return text
 
-    def chat_tokens(self, body: Mapping[str, Any]) -> list[int]:
-        """A chat request's prompt token ids."""
-        add_special = bool(body.get("add_special_tokens", False))
-        return self.encode(self.render(body), add_special_tokens=add_special)
+    def chat_tokens(self, chat: ChatPrompt) -> list[int]:
+        """A chat's prompt token ids."""
+        return self.encode(self.render(chat), add_special_tokens=chat.add_special_tokens)
 
-    def prompt_tokens(self, body: Mapping[str, Any]) -> list[int]:
-        """A completions request's prompt token ids (the first prompt of a batch)."""
-        prompt = body.get("prompt")
-        add_special = bool(body.get("add_special_tokens", True))
-        if isinstance(prompt, str):
-            return self.encode(prompt, add_special_tokens=add_special)
-        if isinstance(prompt, list) and prompt:
-            first = prompt[0]
+    def completion_tokens(self, prompt: TextPrompt) -> list[int]:
+        """A completions prompt's token ids (the first prompt of a batch)."""
+        text = prompt.prompt
+        add_special = prompt.add_special_tokens
+        if isinstance(text, str):
+            return self.encode(text, add_special_tokens=add_special)
+        if isinstance(text, Sequence) and text:
+            first = text[0]
             if isinstance(first, int):
-                return [int(t) for t in prompt]
+                return [int(t) for t in text]
             if isinstance(first, str):
                 return self.encode(first, add_special_tokens=add_special)
             if isinstance(first, list):

@@ -22,9 +22,11 @@ from gateway.api.calls import forwardable
 from gateway.auth import cache_salt
 from gateway.config import Deployment
 from gateway.errors import KvgateError, UpstreamError, UpstreamRejected, UpstreamUnavailable
-from gateway.routing.fleet import Fleet, Placement, Route
+from gateway.routing.fleet import Fleet
+from gateway.routing.placement import NoReplicaAvailable, Placement, Route
 from gateway.serving.backend import Answer, NoUpstream
 from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
+from gateway.serving.prompts import routing_prompt
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
 from gateway.usage import Usage, UsageSource, from_openai
@@ -48,16 +50,21 @@ class VllmBackend:
     """Serves every vLLM deployment; built once by the app's lifespan."""
 
     def __init__(
-        self, *, secret: str, session: aiohttp.ClientSession, fleets: Mapping[str, Fleet]
+        self,
+        *,
+        secret: str,
+        session: aiohttp.ClientSession,
+        fleets: Mapping[str, Fleet],
+        deployments: Mapping[str, Deployment],
     ) -> None:
         self.secret = secret
         self.session = session
         self.fleets = dict(fleets)
         self._timeouts = {
             name: aiohttp.ClientTimeout(
-                total=fleet.deployment.timeout_s, sock_connect=fleet.deployment.connect_timeout_s
+                total=deployments[name].timeout_s, sock_connect=deployments[name].connect_timeout_s
             )
-            for name, fleet in self.fleets.items()
+            for name in self.fleets
         }
 
     async def plan(self, ctx: Context) -> Plan:
@@ -65,30 +72,32 @@ class VllmBackend:
         call, fleet = ctx.call, self.fleets[ctx.deployment.name]
         salt = cache_salt(self.secret, ctx.principal.cache_scope, call.client_salt)
         body = dict(call.body)
-        body["model"] = fleet.deployment.served_name
+        body["model"] = fleet.config.served_name
         body["cache_salt"] = salt
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
         route = await fleet.route_async(
-            call, cache_salt=salt, request_id=ctx.request_id, interaction_id=ctx.interaction_id
+            routing_prompt(call),
+            cache_salt=salt,
+            request_id=ctx.request_id,
+            interaction_id=ctx.interaction_id,
         )
         return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set())
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
         """A replica for attempt ``number``, never one this request already tried."""
-        deployment: Deployment = plan.fleet.deployment
         attempt = Attempt(
             request_id=ctx.attempt_id(number),
             number=number,
             upstream="",
-            bills_as=deployment.bills_as,
-            policy=deployment.policy,
+            bills_as=ctx.deployment.bills_as,
+            policy=plan.fleet.config.policy,
         )
         try:
             placement = plan.fleet.place(plan.route, exclude=frozenset(plan.tried))
-        except UpstreamUnavailable as exc:
-            raise NoUpstream(exc, attempt) from exc
+        except NoReplicaAvailable as exc:
+            raise NoUpstream(UpstreamUnavailable(str(exc)), attempt) from exc
         plan.tried.add(placement.replica.url)
         attempt.upstream, attempt.hold = placement.replica.url, Hold(plan.fleet, placement)
         return attempt

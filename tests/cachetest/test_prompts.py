@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.routing.sim_tokenizer import encode, render_chat
 from gateway.tools.cachetest.partial import expected_cached, shared_words
 from gateway.tools.cachetest.prompts import WORDS, PromptMaker
-from gateway.tools.sim.tokenizer import encode, render_chat
 
 
 def chat_tokens(text: str) -> list[int]:

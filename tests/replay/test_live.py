@@ -13,6 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from gateway.routing.sim_tokenizer import encode, render_chat
 from gateway.tools.replay.live import (
     LiveOutcome,
     block_text,
@@ -25,7 +26,6 @@ from gateway.tools.replay.live import (
 from gateway.tools.replay.trace import TraceRequest
 from gateway.tools.sim.engine import Engine, GenerationRequest
 from gateway.tools.sim.timing import TimingModel
-from gateway.tools.sim.tokenizer import encode, render_chat
 
 
 def test_the_same_hash_id_gives_the_same_words() -> None:

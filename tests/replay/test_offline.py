@@ -125,6 +125,46 @@ def test_config_is_validated() -> None:
         config(index="psychic")
     with pytest.raises(ValueError, match="replicas"):
         config(replicas=0)
+    with pytest.raises(ValueError, match="name each replica once"):
+        config(replica_names=("a", "a"))
+    with pytest.raises(ValueError, match="index_capacity_blocks"):
+        config(index_capacity_blocks=0)
+
+
+def test_a_router_that_believes_in_more_blocks_than_the_caches_hold_learns_otherwise() -> None:
+    """One replica of 2 blocks: r1 evicts r0's blocks. Told the truth, the router knows;
+    told 4 blocks (a deployment's capacity_blocks set too high), it predicts r0's blocks
+    for r2, hears 0 cached, and drops them, just as r2 stores them again: r3 is predicted
+    cold and hits, and the reply teaches the index back."""
+    trace = [
+        TraceRequest(0, 9, 1, (1, 2, 3)),
+        TraceRequest(1000, 9, 1, (5, 6, 7)),
+        TraceRequest(2000, 9, 1, (1, 2, 3)),
+        TraceRequest(3000, 9, 1, (1, 2, 3)),
+    ]
+    truth = replay(trace, "kv-aware", config(replicas=1, capacity_blocks=2)).outcomes
+    assert [x.predicted_cached_tokens for x in truth] == [0, 0, 0, 8]
+    assert [x.cached_tokens for x in truth] == [0, 0, 0, 8]
+    believing = config(replicas=1, capacity_blocks=2, index_capacity_blocks=4)
+    wrong = replay(trace, "kv-aware", believing).outcomes
+    assert [x.predicted_cached_tokens for x in wrong] == [0, 0, 8, 0]
+    assert [x.cached_tokens for x in wrong] == [0, 0, 0, 8]
+
+
+def test_replicas_take_the_names_given_and_ties_break_by_name_and_request_id() -> None:
+    """Cold requests on an idle fleet tie; the gateway breaks ties by the request id's
+    hash and the replica's name, and so does the replay once given both."""
+    cold = [TraceRequest(n * 1000, 8, 1, (10 * n + 1, 10 * n + 2)) for n in range(12)]
+    named = config(replicas=3, replica_names=("http://a", "http://b", "http://c"))
+    by_position = [x.replica for x in replay(cold, "kv-aware", named).outcomes]
+    assert len(set(by_position)) == 3  # spread, not piled on the first
+    ids = [
+        TraceRequest(r.timestamp_ms, 8, 1, r.hash_ids, request_id=f"req_{n}")
+        for n, r in enumerate(cold)
+    ]
+    by_id = [x.replica for x in replay(ids, "kv-aware", named).outcomes]
+    again = [x.replica for x in replay(ids, "kv-aware", named).outcomes]
+    assert by_id == again != by_position
 
 
 def test_progress_is_reported_per_request(tiny: list[TraceRequest]) -> None:

@@ -42,3 +42,17 @@ def test_a_bad_line_names_its_file_and_line(tmp_path: Path) -> None:
     path.write_text('{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}\n')
     with pytest.raises(TraceError, match="negative length"):
         load_trace(path)
+
+
+def test_request_and_interaction_ids_are_read_when_a_trace_has_them(tmp_path: Path) -> None:
+    path = tmp_path / "ids.jsonl"
+    line = '{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]'
+    path.write_text(
+        f'{line}, "request_id": "req_1", "interaction_id": "chat-7"}}\n{line}}}\n'
+        f'{line}, "request_id": 5}}\n'
+    )
+    with pytest.raises(TraceError, match=r"ids.jsonl:3: .*'request_id' must be a string"):
+        load_trace(path)
+    first, second = load_trace(path, limit=2)
+    assert (first.request_id, first.interaction_id) == ("req_1", "chat-7")
+    assert (second.request_id, second.interaction_id) == (None, None)

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.api.calls import Call, Endpoint
 from gateway.config import Deployment
+from gateway.routing.inputs import ChatPrompt
 from gateway.routing.load import CacheConfig
 from gateway.routing.prompts import PromptHasher
+from gateway.routing.tokens import ChatTokenizer
 from gateway.routing.vllm_blocks import BlockHashing
 from tests.support.tiny_model import build_tiny_model
 
@@ -44,22 +45,22 @@ def test_a_directory_without_a_tokenizer_or_a_short_event_list_is_refused(tmp_pa
 def test_a_model_directory_hashes_once_the_replicas_gave_block_size_and_algorithm(
     tmp_path: Path,
 ) -> None:
-    hasher = PromptHasher(model="tiny", block_size=16, tokenizer=str(build_tiny_model(tmp_path)))
-    body = {"messages": [{"role": "user", "content": "cache block token prefix " * 30}]}
-    call = Call(Endpoint.CHAT, "tiny", body, False, False, None, None, 0)
-    before = hasher.prompt(call, "salt")
+    tokenizer = ChatTokenizer.load(build_tiny_model(tmp_path))
+    hasher = PromptHasher(model="tiny", block_size=16, tokenizer=tokenizer, configured=False)
+    chat = ChatPrompt([{"role": "user", "content": "cache block token prefix " * 30}])
+    before = hasher.prompt(chat, "salt")
     assert before.hashes == [] and before.prompt_tokens > 64
     hasher.configure(CacheConfig(block_size=32, hash_algo="sha256_cbor"))
-    after = hasher.prompt(call, "salt")
-    tokens = hasher.tokenizer.chat_tokens(body)  # type: ignore[union-attr]
+    after = hasher.prompt(chat, "salt")
+    tokens = tokenizer.chat_tokens(chat)
     assert after.hashes == BlockHashing("sha256_cbor").keys(tokens, 32, "salt")
     assert (after.block_tokens, after.prompt_tokens, after.exact) == (32, len(tokens), True)
 
 
 def test_a_chat_the_template_rejects_is_routed_on_load_alone(tmp_path: Path) -> None:
-    hasher = PromptHasher(model="tiny", block_size=32, tokenizer=str(build_tiny_model(tmp_path)))
+    tokenizer = ChatTokenizer.load(build_tiny_model(tmp_path))
+    hasher = PromptHasher(model="tiny", block_size=32, tokenizer=tokenizer, configured=False)
     hasher.configure(CacheConfig(block_size=32))
-    bad = Call(
-        Endpoint.CHAT, "tiny", {"messages": [{"content": "no role"}]}, False, False, None, None, 40
-    )
-    assert (hasher.prompt(bad, "s").hashes, hasher.prompt(bad, "s").exact) == ([], False)
+    bad = hasher.prompt(ChatPrompt([{"content": "no role"}], chars=40), "s")
+    # No blocks, and the load estimate from the prompt's characters (4 per token).
+    assert (bad.hashes, bad.exact, bad.prompt_tokens) == ([], False, 10)

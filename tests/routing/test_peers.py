@@ -8,25 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from gateway.api.calls import Call, Endpoint, parse_call
-from gateway.config import Deployment
-from gateway.routing.fleet import Fleet, Route
+from gateway.routing.fleet import Fleet
+from gateway.routing.fleet_config import FleetConfig
+from gateway.routing.inputs import ChatPrompt
 from gateway.routing.peers import PLACED, PeerLink, decode, encode
+from gateway.routing.placement import Route
 
 REPLICAS = ("http://127.0.0.1:9001", "http://127.0.0.1:9002", "http://127.0.0.1:9003")
-DEPLOYMENT = Deployment(name="m", replicas=REPLICAS)  # type: ignore[arg-type]
+CONFIG = FleetConfig(name="m", replicas=REPLICAS)
 
 
-def conversation(n: int, turns: int) -> Call:
+def conversation(n: int, turns: int) -> ChatPrompt:
     messages = []
     for turn in range(turns):
         messages.append({"role": "user", "content": f"conversation {n} turn {turn} " * 40})
         messages.append({"role": "assistant", "content": f"answer {turn} " * 20})
-    return parse_call(Endpoint.CHAT, {"model": "m", "messages": messages[:-1]})
+    return ChatPrompt(messages[:-1])
 
 
-def route(fleet: Fleet, call: Call, request_id: str) -> Route:
-    return fleet.route(call, cache_salt="tenant", request_id=request_id, interaction_id="i")
+def route(fleet: Fleet, prompt: ChatPrompt, request_id: str) -> Route:
+    return fleet.route(prompt, cache_salt="tenant", request_id=request_id, interaction_id="i")
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -39,7 +40,7 @@ async def until(condition: Callable[[], bool]) -> None:
 
 @pytest.fixture
 async def workers(tmp_path: Path) -> AsyncIterator[tuple[Fleet, Fleet]]:
-    fleets = (Fleet(DEPLOYMENT), Fleet(DEPLOYMENT))
+    fleets = (Fleet(CONFIG), Fleet(CONFIG))
     links = []
     for fleet, name in zip(fleets, ("a", "b"), strict=True):
 
@@ -93,7 +94,7 @@ async def test_the_second_turn_on_the_other_worker_goes_where_the_first_went(
 
 async def test_without_peers_the_other_worker_places_a_second_turn_blind(tmp_path: Path) -> None:
     """The failure the link prevents: an unlinked worker ties on a prefix it never saw."""
-    a, b = Fleet(DEPLOYMENT), Fleet(DEPLOYMENT)
+    a, b = Fleet(CONFIG), Fleet(CONFIG)
     moved = 0
     for n in range(20):
         placed = a.place(route(a, conversation(n, 1), f"req_{n}_1"))

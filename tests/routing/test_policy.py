@@ -8,7 +8,6 @@ import pytest
 
 from gateway.routing.policy import (
     DEFAULT_TUNABLES,
-    POLICIES,
     NoReplicaError,
     ReplicaView,
     RouteRequest,
@@ -26,10 +25,6 @@ def request(
     return RouteRequest(
         seq=seq, key=key, interaction=interaction, prompt_tokens=prompt_tokens, block_tokens=512
     )
-
-
-def test_policy_names() -> None:
-    assert POLICIES == ("kv-aware", "round-robin", "least-loaded", "random", "session")
 
 
 def test_round_robin_follows_the_sequence_number() -> None:

@@ -10,9 +10,9 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from gateway.routing.sim_tokenizer import encode
 from gateway.tools.sim.server import SimConfig
 from gateway.tools.sim.timing import TimingModel
-from gateway.tools.sim.tokenizer import encode
 from tests.sim.conftest import SimFactory
 
 MODEL = "kvgate/demo-llama-8b"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.tools.sim.tokenizer import (
+from gateway.routing.sim_tokenizer import (
     VOCAB_SIZE,
     TemplateError,
     encode,

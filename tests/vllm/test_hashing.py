@@ -11,7 +11,9 @@ import openai
 from gateway.api.calls import Call, Endpoint
 from gateway.routing.kv_wire import BlockStored, decode_batch
 from gateway.routing.load import CacheConfig
-from gateway.routing.prompts import PromptHasher
+from gateway.routing.prompts import Prompt, PromptHasher
+from gateway.serving.fleets import prompt_tokenizer
+from gateway.serving.prompts import routing_prompt
 from tests.support.vllm import BLOCK_SIZE, SERVED_NAME
 from tests.vllm.conftest import ExactStack
 from tests.vllm.replicas import replay_all, replica_tokens, text
@@ -43,10 +45,22 @@ CHATS: list[dict[str, Any]] = [
 PROMPT = "A completion prompt: " + text(18, 90)
 
 
-def hasher(stack: ExactStack) -> PromptHasher:
-    made = PromptHasher(model=SERVED_NAME, block_size=BLOCK_SIZE, tokenizer=stack.backend.tokenizer)
-    made.configure(CacheConfig(block_size=BLOCK_SIZE, hash_algo="sha256"))
-    return made
+class Hasher:
+    """The gateway's hashing of a call: the serving path's prompt, routing's hasher."""
+
+    def __init__(self, stack: ExactStack) -> None:
+        tokenizer = prompt_tokenizer(stack.backend.tokenizer)  # the sim's, or the tiny model's
+        self.hasher = PromptHasher(
+            model=SERVED_NAME, block_size=BLOCK_SIZE, tokenizer=tokenizer, configured=False
+        )
+        self.hasher.configure(CacheConfig(block_size=BLOCK_SIZE, hash_algo="sha256"))
+
+    def prompt(self, call: Call, salt: str) -> Prompt:
+        return self.hasher.prompt(routing_prompt(call), salt)
+
+
+def hasher(stack: ExactStack) -> Hasher:
+    return Hasher(stack)
 
 
 def call(endpoint: Endpoint, body: dict[str, Any]) -> Call:

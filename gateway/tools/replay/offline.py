@@ -1,7 +1,9 @@
 """Offline replay: a discrete-event simulation of a fleet serving a trace under a policy.
 
-It runs the SAME `policy.choose`, the SAME `PrefixCache` per replica and the same timing
-as the simulated replica (`gateway.tools.sim.timing`), so what it measures is what the gateway
+The engines are simulated with the same `PrefixCache` per replica and the same timing as
+the simulated replica (`gateway.tools.sim.timing`); the router is the gateway's own
+placement code (`gateway.routing.placement`: views, in-flight and queued-prefill
+accounting, capacity, prediction and learning), so what it measures is what the gateway
 would do in front of ``kvgate sim`` replicas. Per replica:
 
 - a request takes one of ``max_num_seqs`` sequence slots (others wait, FIFO); taking the
@@ -14,9 +16,10 @@ would do in front of ``kvgate sim`` replicas. Per replica:
 
 The router sees what a gateway can see: requests it has in flight per replica, which of
 them have streamed a first token, and the uncached tokens it predicted for the rest. Its
-block index is an `ApproximateIndex` learning from its own decisions and corrected by the
-cached tokens each response reports (``index="approximate"``), or the replicas' true cache
-contents (``index="exact"``, what KV events would give).
+block index is the gateway's `RoutingIndex`: the approximate index learning from its own
+decisions and corrected by the cached tokens each response reports
+(``index="approximate"``), or the exact index fed with every block the caches store and
+evict, as KV events would feed it (``index="exact"``).
 """
 
 from __future__ import annotations
@@ -26,9 +29,13 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
+from gateway.routing.exact import ExactIndex, RoutingIndex
 from gateway.routing.index import ApproximateIndex
-from gateway.routing.policy import DEFAULT_TUNABLES, ReplicaView, RouteRequest, Tunables, choose
+from gateway.routing.placement import Placement, Placer, Replica, Route, make_route
+from gateway.routing.policy import DEFAULT_TUNABLES, Tunables
+from gateway.routing.prompts import Prompt
 from gateway.tools.replay.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 from gateway.tools.sim.cache import PrefixCache
 from gateway.tools.sim.timing import TimingModel
@@ -52,12 +59,27 @@ class ReplayConfig:
     timing: TimingModel = field(default_factory=TimingModel)
     index: str = "approximate"
     tunables: Tunables = DEFAULT_TUNABLES
+    # The replicas' names, as the live gateway names them (their URLs): policies break
+    # ties by name. Default: replica-0, replica-1, ...
+    replica_names: tuple[str, ...] = ()
+    # What the router believes each cache holds at most (the deployment's capacity_blocks);
+    # default: the caches' true size. Set apart, it measures a misconfigured deployment.
+    index_capacity_blocks: int | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError("replicas must be at least 1")
         if self.index not in INDEX_MODES:
             raise ValueError(f"index must be one of {INDEX_MODES}, got {self.index!r}")
+        if self.replica_names and len(set(self.replica_names)) != self.replicas:
+            raise ValueError("replica_names must name each replica once")
+        if self.index_capacity_blocks is not None and self.index_capacity_blocks < 1:
+            raise ValueError("index_capacity_blocks must be at least 1")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The replicas' names, in order."""
+        return self.replica_names or tuple(f"replica-{i}" for i in range(self.replicas))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,30 +127,18 @@ def replay(
     return _Simulation(requests, policy, config).run(progress)
 
 
-class _Replica:
-    """One replica's engine state and the router's bookkeeping for it."""
+class _Engine:
+    """One replica's engine: its prefix cache, sequence slots and prefill queue."""
 
-    __slots__ = (
-        "cache",
-        "decoding",
-        "in_flight",
-        "prefill_busy",
-        "prefills",
-        "queued_tokens",
-        "seated",
-        "waiting",
-    )
+    __slots__ = ("cache", "name", "prefill_busy", "prefills", "seated", "waiting")
 
-    def __init__(self, capacity_blocks: int) -> None:
+    def __init__(self, name: str, capacity_blocks: int) -> None:
+        self.name = name
         self.cache = PrefixCache(capacity_blocks)
         self.waiting: deque[int] = deque()  # for a sequence slot
         self.prefills: deque[int] = deque()  # seated, for the prefill engine
         self.prefill_busy = False
         self.seated = 0
-        # What the router knows.
-        self.in_flight = 0
-        self.decoding = 0
-        self.queued_tokens = 0
 
 
 class _Simulation:
@@ -141,16 +151,31 @@ class _Simulation:
         self.instant_prefill = timing.instant_prefill
         self.token_s = 0.0 if timing.instant_decode else 1.0 / timing.decode_tokens_per_s
         self.max_seqs = timing.max_num_seqs
-        self.replicas = [_Replica(config.capacity_blocks) for _ in range(config.replicas)]
-        self.names = [f"replica-{i}" for i in range(config.replicas)]
-        self.index = ApproximateIndex(config.capacity_blocks)
-        self.exact = config.index == "exact"
+        names = config.names
+        self.engines = [_Engine(name, config.capacity_blocks) for name in names]
+        self.position = {name: i for i, name in enumerate(names)}
+        # What the router knows: the gateway's own placement, over its own replica records.
+        believed = config.index_capacity_blocks or config.capacity_blocks
+        self.index = RoutingIndex(ApproximateIndex(believed), ExactIndex())
+        self.exact = self.index.exact if config.index == "exact" else None
+        if self.exact is not None:
+            for name in names:
+                self.index.set_fresh(name, True)
+        self.placer = Placer(
+            [Replica(name, capacity=self.max_seqs) for name in names],
+            self.index,
+            policy=policy,
+            tunables=config.tunables,
+            name="replay",
+        )
         self.events: list[tuple[float, int, int, int]] = []
         count = len(requests)
         bt = config.block_tokens
         self.blocks = [r.cacheable(bt) for r in requests]
         # vLLM recomputes at least the last prompt token, so a hit stops short of it.
         self.hit_cap = [max(0, (r.input_length - 1) // bt) for r in requests]
+        self.routes: list[Route | None] = [None] * count
+        self.placements: list[Placement | None] = [None] * count
         self.replica_of = [0] * count
         self.predicted = [0] * count  # blocks
         self.cached = [0] * count  # blocks
@@ -178,67 +203,43 @@ class _Simulation:
         return PolicyRun(self.policy, self.config, self._outcomes(), tuple(samples))
 
     def _sample(self, time_s: float) -> LoadSample:
-        return LoadSample(time_s, tuple(r.in_flight for r in self.replicas))
+        return LoadSample(time_s, tuple(r.in_flight for r in self.placer.replicas))
 
     def _route(self, rid: int, now: float) -> None:
         request = self.requests[rid]
-        blocks = self.blocks[rid]
-        cap = self.hit_cap[rid]
-        bt = self.config.block_tokens
-        replicas = self.replicas
-        if self.exact:
-            matched = [min(r.cache.match(blocks), cap) for r in replicas]
-        else:
-            found = self.index.match_all(blocks)
-            matched = [min(found.get(name, 0), cap) for name in self.names]
-        views = [
-            ReplicaView(
-                name=self.names[i],
-                matched_blocks=matched[i],
-                in_flight=r.in_flight,
-                queued_prefill_tokens=r.queued_tokens,
-                running=r.decoding,
-                capacity=self.max_seqs,
-            )
-            for i, r in enumerate(replicas)
-        ]
-        route = RouteRequest(
-            seq=rid,
-            key=rid,
-            interaction=rid,
-            prompt_tokens=request.input_length,
-            block_tokens=bt,
+        prompt = Prompt(self.blocks[rid], request.input_length, self.config.block_tokens, True)
+        request_id = request.request_id or str(rid)
+        route = make_route(
+            prompt, request_id=request_id, interaction_id=request.interaction_id or request_id
         )
-        chosen = choose(self.policy, route, views, self.config.tunables)
-        replica = replicas[chosen]
-        self.replica_of[rid] = chosen
-        self.predicted[rid] = matched[chosen]
-        replica.in_flight += 1
-        replica.queued_tokens += self._predicted_uncached(rid)
-        if not self.exact:
-            self.index.record(self.names[chosen], blocks)
-        if replica.seated < self.max_seqs:
-            self._seat(rid, replica, now)
+        placement = self.placer.place(route, now=now)
+        index = self.position[placement.replica.name]
+        self.routes[rid] = route
+        self.placements[rid] = placement
+        self.replica_of[rid] = index
+        self.predicted[rid] = placement.predicted_blocks
+        engine = self.engines[index]
+        if engine.seated < self.max_seqs:
+            self._seat(rid, engine, now)
         else:
-            replica.waiting.append(rid)
+            engine.waiting.append(rid)
 
-    def _predicted_uncached(self, rid: int) -> int:
-        return max(
-            0, self.requests[rid].input_length - self.predicted[rid] * self.config.block_tokens
-        )
-
-    def _seat(self, rid: int, replica: _Replica, now: float) -> None:
-        replica.seated += 1
-        admission = replica.cache.admit(self.blocks[rid])
+    def _seat(self, rid: int, engine: _Engine, now: float) -> None:
+        engine.seated += 1
+        admission = engine.cache.admit(self.blocks[rid])
+        if self.exact is not None:
+            # What the replica's KV events would say: BlockRemoved, then BlockStored.
+            self.exact.block_removed(engine.name, cast("list[int]", admission.evicted))
+            self.exact.block_stored(engine.name, cast("list[int]", admission.stored))
         self.pinned[rid] = admission.pinned
         self.cached[rid] = min(admission.hit_blocks, self.hit_cap[rid])
-        replica.prefills.append(rid)
-        if not replica.prefill_busy:
-            self._start_prefill(replica, now)
+        engine.prefills.append(rid)
+        if not engine.prefill_busy:
+            self._start_prefill(engine, now)
 
-    def _start_prefill(self, replica: _Replica, now: float) -> None:
-        rid = replica.prefills.popleft()
-        replica.prefill_busy = True
+    def _start_prefill(self, engine: _Engine, now: float) -> None:
+        rid = engine.prefills.popleft()
+        engine.prefill_busy = True
         self.start[rid] = now
         uncached = self.requests[rid].input_length - self.cached[rid] * self.config.block_tokens
         seconds = 0.0 if self.instant_prefill else uncached / self.prefill_rate
@@ -246,37 +247,42 @@ class _Simulation:
 
     def _handle(self, event: tuple[float, int, int, int]) -> None:
         now, kind, rid, index = event
-        replica = self.replicas[index]
+        engine = self.engines[index]
         if kind == _PREFILL_DONE:
             output = self.requests[rid].output_length
             first = now + (self.token_s if output > 0 else 0.0)
             self.first[rid] = first
             heapq.heappush(self.events, (first, _FIRST_TOKEN, rid, index))
             heapq.heappush(self.events, (now + output * self.token_s, _FINISH, rid, index))
-            replica.prefill_busy = False
-            if replica.prefills:
-                self._start_prefill(replica, now)
+            engine.prefill_busy = False
+            if engine.prefills:
+                self._start_prefill(engine, now)
         elif kind == _FIRST_TOKEN:
-            replica.queued_tokens -= self._predicted_uncached(rid)
-            replica.decoding += 1
+            self.placer.first_token(self._placement(rid))
         else:
-            self._finish(rid, index, replica, now)
+            self._finish(rid, engine, now)
 
-    def _finish(self, rid: int, index: int, replica: _Replica, now: float) -> None:
-        replica.cache.release(self.pinned[rid])
+    def _finish(self, rid: int, engine: _Engine, now: float) -> None:
+        engine.cache.release(self.pinned[rid])
         self.pinned[rid] = []
-        replica.seated -= 1
-        replica.in_flight -= 1
-        replica.decoding -= 1
-        if not self.exact:
-            self.index.correct(
-                self.names[index],
-                self.blocks[rid],
-                self.cached[rid],
-                predicted_blocks=self.predicted[rid],
-            )
-        if replica.waiting:
-            self._seat(replica.waiting.popleft(), replica, now)
+        engine.seated -= 1
+        placement = self._placement(rid)
+        self.placer.finish(placement)
+        route = self.routes[rid]
+        assert route is not None
+        self.placer.learn(
+            route,
+            placement,
+            cached_tokens=self.cached[rid] * self.config.block_tokens,
+            prompt_tokens=self.requests[rid].input_length,
+        )
+        if engine.waiting:
+            self._seat(engine.waiting.popleft(), engine, now)
+
+    def _placement(self, rid: int) -> Placement:
+        placement = self.placements[rid]
+        assert placement is not None
+        return placement
 
     def _outcomes(self) -> tuple[Outcome, ...]:
         bt = self.config.block_tokens

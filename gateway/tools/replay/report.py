@@ -35,6 +35,12 @@ EVICTION = (
     "pinned; freed blocks join an LRU queue, a request's tail first; a new block evicts "
     "the least recently freed block"
 )
+ROUTER = (
+    "the gateway's own placement (gateway.routing.placement): views with the hit capped "
+    "where vLLM caps it, in-flight and queued-prefill accounting, capacity = max_num_seqs, "
+    "learning from reported cached tokens; ties broken by the hashed request id (the "
+    "request's position in the trace when it has no ids) and the replica's name"
+)
 # The code whose changes would change a replay's numbers.
 REPLAY_CODE = ("gateway/routing", "gateway/tools/replay", "gateway/tools/sim")
 CEILING_DEFINITION = (
@@ -149,6 +155,7 @@ def to_json(
             "capacity_blocks": context.capacity_blocks,
             "block_tokens": context.block_tokens,
             "index": context.index,
+            "router": ROUTER,
             "eviction": EVICTION,
             "timing": asdict(context.timing),
             "tunables": asdict(context.tunables),
@@ -191,7 +198,7 @@ def to_markdown(
         "",
         f"- fleet: {context.replicas} replicas x {context.capacity_blocks:,} blocks of "
         f"{context.block_tokens} tokens",
-        f"- router's block index: {context.index}",
+        f"- router: {ROUTER}; its block index: {context.index}",
         f"- kv-aware tunables: load_weight={t.load_weight}, running_tokens={t.running_tokens},"
         f" imbalance_factor={t.imbalance_factor}, "
         f"imbalance_floor_tokens={t.imbalance_floor_tokens}",

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from gateway.routing.sim_tokenizer import piece_id
 from gateway.tools.sim.cache import PrefixCache
 from gateway.tools.sim.hashing import block_hashes, extend_hashes
 from gateway.tools.sim.timing import TimingModel
-from gateway.tools.sim.tokenizer import piece_id
 
 if TYPE_CHECKING:
     from gateway.tools.sim.events import CacheEvents

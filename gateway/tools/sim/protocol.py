@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.tools.sim.tokenizer import VOCAB_SIZE, TemplateError, encode, render_chat
+from gateway.routing.sim_tokenizer import VOCAB_SIZE, TemplateError, encode, render_chat
 
 DEFAULT_MAX_TOKENS = 16
 

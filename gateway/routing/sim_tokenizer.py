@@ -1,4 +1,8 @@
-"""A deterministic stand-in tokenizer and chat template for the simulated replica.
+"""A deterministic stand-in tokenizer and chat template: the simulated replica's.
+
+It lives in routing because the gateway routes exactly in front of simulated replicas
+(``tokenizer: kvgate-sim``); ``kvgate sim`` imports it from here (tools depend on the
+service, never the reverse).
 
 No vocabulary file and no download: text is cut into pieces (a run of non-space
 characters with the ASCII whitespace that follows it) and each piece is named by its CRC-32
@@ -10,6 +14,10 @@ template is built on that: every message ends in a newline and the generation pr
 in a newline, so a conversation's tokens are a prefix of its continuation's tokens, and
 an answer generated after ``<|assistant|>\\n`` tokenizes the same when it comes back as
 history in the next turn (all but its last piece, which vLLM never caches anyway).
+
+`SimTokenizer` is the same tokenizer as the gateway's router asks for one (a routing
+`PromptTokenizer`): with ``tokenizer: kvgate-sim`` the app hands it to the fleet, so the
+router's blocks are a simulated replica's blocks.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import re
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from gateway.routing.inputs import ChatPrompt, TextPrompt
 
 VOCAB_SIZE = 128_256
 GENERATION_PROMPT = "<|assistant|>\n"
@@ -78,3 +88,20 @@ def _part_text(part: Any) -> str:
     if not isinstance(text, str):
         raise TemplateError("a text content part needs a string 'text'")
     return text
+
+
+class SimTokenizer:
+    """The simulator's tokenizer for the gateway's router (a routing ``PromptTokenizer``)."""
+
+    def chat_tokens(self, chat: ChatPrompt) -> list[int]:
+        """A chat's token ids, as the simulated replica renders and encodes it."""
+        return encode(render_chat(chat.messages))
+
+    def completion_tokens(self, prompt: TextPrompt) -> list[int]:
+        """A completions prompt's token ids: text encoded, token ids as they are."""
+        text = prompt.prompt
+        if isinstance(text, str):
+            return encode(text)
+        if text and isinstance(text[0], int):
+            return [int(t) for t in text]
+        return encode("".join(text))
