@@ -18,10 +18,12 @@ import pytest
 from aiohttp import web
 
 from gateway.db.models import RequestRow
+from gateway.db.session import make_engine
 from gateway.tools.sim.server import SimConfig
 from gateway.tools.sim.server import create_app as sim_app
 from gateway.tools.sim.timing import TimingModel
-from tests.factories import Tenant, config_file, prepared_database, price, vllm
+from pricing.book import Price
+from tests.factories import Tenant, config_file, prepared_database, price, tenants, vllm
 from tests.support.inprocess import (
     Gateway,
     gateway_settings,
@@ -118,6 +120,8 @@ class Harness:
     tenant: Tenant
     stack: contextlib.AsyncExitStack
     servers: dict[str, contextlib.AsyncExitStack] = field(default_factory=dict)
+    # For property tests: one replica and one gateway for all of a test's examples.
+    kept: dict[str, Any] = field(default_factory=dict)
 
     async def serve(self, app: web.Application) -> str:
         """Serve a replica's aiohttp application on loopback; its URL."""
@@ -136,6 +140,14 @@ class Harness:
         replica = Scripted().then(*answers)
         return replica, await self.serve(replica.app())
 
+    def add_prices(self, *prices: Price) -> None:
+        """More price entries (before the gateway starts: it loads the book then)."""
+        engine = make_engine(self.database_url)
+        try:
+            tenants(engine, prices=prices)
+        finally:
+            engine.dispose()
+
     async def sim(self, **config: Any) -> str:
         """The simulator's own application (instant timing unless told), and its URL."""
         config.setdefault("timing", TimingModel.zero())
@@ -146,6 +158,20 @@ class Harness:
         config = config_file(self.tmp / "kvgate.yaml", entries)
         options = gateway_settings(self.database_url, self.tmp, config, **settings)
         return await self.stack.enter_async_context(running_gateway(options))
+
+    async def shared_scripted(self) -> tuple[Scripted, str]:
+        """The test's one scripted replica, made on the first call (``answers`` to be set)."""
+        if "replica" not in self.kept:
+            self.kept["replica"] = await self.scripted()
+        replica: tuple[Scripted, str] = self.kept["replica"]
+        return replica
+
+    async def shared(self, *replicas: str) -> Gateway:
+        """The test's one gateway over ``replicas`` (``one``), made on the first call."""
+        if "gateway" not in self.kept:
+            self.kept["gateway"] = await self.one(*replicas)
+        gateway: Gateway = self.kept["gateway"]
+        return gateway
 
     async def one(self, *replicas: str, **fields: Any) -> Gateway:
         """A gateway with one deployment ``m`` over these replicas, tried in their order."""
