@@ -7,6 +7,7 @@ Model ``m`` bills at 3 / 0.30 / 15 USD per million uncached, cached and output t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from gateway.tools.sim.server import SimConfig
 from gateway.tools.sim.server import create_app as sim_app
 from gateway.tools.sim.timing import TimingModel
 from pricing.book import Price
-from tests.factories import Tenant, config_file, prepared_database, price, tenants, vllm
+from tests.factories import Tenant, config_file, price, tenants, vllm
 from tests.support.inprocess import (
     Gateway,
     gateway_settings,
@@ -47,6 +48,18 @@ def chat(*, stream: bool = False, usage: bool = True, **fields: Any) -> dict[str
         if usage:
             body["stream_options"] = {"include_usage": True}
     return body
+
+
+async def hang_up_once_sent(
+    gateway: Gateway, key: str, replica: Scripted, body: dict[str, Any]
+) -> None:
+    """Send a request, and close the connection as soon as the replica has it."""
+    async with gateway.http(key) as http:
+        sending = asyncio.ensure_future(http.post(CHAT, json=body))
+        await replica.until(lambda r: bool(r.bodies))
+        sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending
 
 
 @dataclass(frozen=True)
@@ -181,7 +194,9 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(empty_database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
-    tenants = prepared_database(empty_database_url, "acme", prices=[PRICE])
+async def harness(database_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    engine = make_engine(database_url)
+    made = tenants(engine, "acme", prices=[PRICE])
+    engine.dispose()
     async with contextlib.AsyncExitStack() as stack:
-        yield Harness(tmp_path, empty_database_url, tenants["acme"], stack)
+        yield Harness(tmp_path, database_url, made["acme"], stack)

@@ -1,15 +1,17 @@
 """Where the request path falls short today, written as the behaviour it owes: each test
 is marked xfail (strict: it fails the suite the day it passes, so that the mark goes) with
-what happens instead. Found with the in-process harness; see the report of issue 15.
+what happens instead. Found with the in-process harness.
+
+The two Postgres ones are records the database refuses: RELIABILITY.md's writer sets such
+a record aside (it is not lost from disk, and the rest are written), but the client was
+answered and billed for a request that no statement will show, and SQLite keeps it.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from tests.serving.conftest import CHAT, D, Harness, attempt, chat, facts
+from tests.serving.conftest import CHAT, D, Harness, attempt, chat, facts, hang_up_once_sent
 from tests.support.upstream import Answer, Hang, completion, vllm_usage
 
 REJECTED = "the row is refused by Postgres and set aside under <journal>/rejected/"
@@ -63,14 +65,7 @@ async def test_a_client_leaving_a_whole_answer_cancels_the_replicas_work(
 ) -> None:
     replica, url = await harness.scripted(Hang())
     gateway = await harness.one(url, timeout_s=2)
-    async with gateway.http(harness.tenant.key) as http:
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.3):
-                await http.post(CHAT, json=chat())
-    for _ in range(100):
-        if replica.cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert replica.cancelled == 1
+    await hang_up_once_sent(gateway, harness.tenant.key, replica, chat())
+    await replica.until(lambda r: r.cancelled == 1, timeout_s=1.0)  # TimeoutError today
     [row] = await gateway.attempts(count=1)
     assert (row.status, row.error) == ("cancelled", "client disconnected")

@@ -6,13 +6,21 @@ per million; the prompt is 30 characters, so an estimate counts 7 prompt tokens.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.serving.conftest import CHAT, D, Harness, StartsWith, attempt, chat, facts
+from tests.serving.conftest import (
+    CHAT,
+    D,
+    Harness,
+    StartsWith,
+    attempt,
+    chat,
+    facts,
+    hang_up_once_sent,
+)
 from tests.support.upstream import (
     DONE,
     Answer,
@@ -35,6 +43,21 @@ STREAM = {"stream": True, "first_token": True}
 def error_event(message: str) -> bytes:
     body = {"message": message, "type": "upstream_error", "param": None, "code": None}
     return b"data: " + orjson.dumps({"error": body}) + b"\n\n"
+
+
+def cut_after_one_token(rid: str, url: str, status: str, error: Any) -> dict[str, Any]:
+    """The record of a stream that ended after its first token: 7 estimated prompt tokens
+    and 1 output token, 7 × 3 + 1 × 15 per million."""
+    return attempt(
+        rid,
+        url,
+        status=status,
+        tokens=(7, 0, 0, 1),
+        source="estimated",
+        cost=D("0.000036000"),
+        error=error,
+        **STREAM,
+    )
 
 
 def events(raw: bytes) -> list[bytes]:
@@ -167,18 +190,8 @@ async def test_a_replica_dying_mid_stream_fails_it_on_an_estimate_and_is_not_ret
     assert got[:2] == WORDS[:2] and len(got) == 3
     assert orjson.loads(got[2].removeprefix(b"data: "))["error"]["message"] == broke
     rid = reply.headers["x-request-id"]
-    # 7 × 3 + 1 × 15 per million
     assert [facts(row) for row in await gateway.attempts(rid)] == [
-        attempt(
-            rid,
-            url,
-            status="failed",
-            tokens=(7, 0, 0, 1),
-            source="estimated",
-            cost=D("0.000036000"),
-            error=broke,
-            **STREAM,
-        )
+        cut_after_one_token(rid, url, "failed", broke)
     ]
     assert spare.bodies == []
 
@@ -192,16 +205,7 @@ async def test_a_replica_silent_mid_stream_past_the_timeout_fails_it(harness: Ha
     assert reply.content == b"".join(WORDS[:2]) + error_event(message)
     rid = reply.headers["x-request-id"]
     assert [facts(row) for row in await gateway.attempts(rid)] == [
-        attempt(
-            rid,
-            url,
-            status="failed",
-            tokens=(7, 0, 0, 1),
-            source="estimated",
-            cost=D("0.000036000"),
-            error=message,
-            **STREAM,
-        )
+        cut_after_one_token(rid, url, "failed", message)
     ]
 
 
@@ -274,21 +278,8 @@ async def test_a_client_leaving_mid_stream_cancels_the_replicas_work_and_is_reco
             if b'"Pa"' in seen:
                 break  # the client hangs up with the first token in hand
     [row] = await gateway.attempts(rid, count=1)
-    assert facts(row) == attempt(
-        rid,
-        url,
-        status="cancelled",
-        tokens=(7, 0, 0, 1),
-        source="estimated",
-        cost=D("0.000036000"),
-        error="client disconnected",
-        **STREAM,
-    )
-    for _ in range(200):
-        if replica.cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert replica.cancelled == 1
+    assert facts(row) == cut_after_one_token(rid, url, "cancelled", "client disconnected")
+    await replica.until(lambda r: r.cancelled == 1)
 
 
 async def test_a_client_leaving_before_the_first_token_is_recorded_with_no_output(
@@ -296,12 +287,9 @@ async def test_a_client_leaving_before_the_first_token_is_recorded_with_no_outpu
 ) -> None:
     replica, url = await harness.scripted(Stream([], end="hang"))
     gateway = await harness.one(url)
-    async with gateway.http(harness.tenant.key) as http:
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.3):
-                await http.post(CHAT, json=chat(stream=True))
-    assert len(replica.bodies) == 1
+    await hang_up_once_sent(gateway, harness.tenant.key, replica, chat(stream=True))
     rows = await gateway.attempts(count=1)  # the client never saw the request's id
+    await replica.until(lambda r: r.cancelled == 1)
     assert [facts(row) for row in rows] == [
         attempt(
             rows[0].request_id,

@@ -150,13 +150,22 @@ class Scripted:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0
     healthy: bool = True
+    _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def then(self, *answers: Script) -> Scripted:
         self.answers.extend(answers)
         return self
 
+    async def until(self, condition: Callable[[Scripted], bool], timeout_s: float = 10.0) -> None:
+        """Wait until ``condition`` holds of the replica (a request arrived, was cancelled)."""
+        async with asyncio.timeout(timeout_s):
+            while not condition(self):
+                self._changed.clear()
+                await self._changed.wait()
+
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         self.bodies.append(orjson.loads(await request.read()))
+        self._changed.set()
         if not self.answers:
             raise AssertionError("the replica was sent a request no answer was scripted for")
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -164,6 +173,7 @@ class Scripted:
             return await answer(request)
         except asyncio.CancelledError:
             self.cancelled += 1  # the gateway closed the connection: vLLM aborts here
+            self._changed.set()
             raise
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
