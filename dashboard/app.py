@@ -100,4 +100,8 @@ def main() -> None:
     navigation.run()
 
 
-main()
+# Streamlit runs this file as __main__. A writer process started by the same Python (tests
+# run the dashboard in-process) imports the parent's main module again under another name:
+# it must not run the app there.
+if __name__ == "__main__":
+    main()

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gateway.accounting.recorder import insert_records
-from gateway.accounting.records import Record, Status
+from gateway.accounting.records import Record
 from gateway.db.session import make_engine
 from gateway.usage import Usage
-from pricing.cost import Cost
+from tests.factories import record
 from tests.support.processes import kvgate
 
 
@@ -106,26 +106,19 @@ def test_ceiling_reports_achieved_against_ceiling_per_tenant_and_model(
         tenant_id = connection.scalar(text("SELECT id FROM tenants WHERE name = 'acme'"))
     start = datetime(2026, 11, 2, 9, tzinfo=UTC)
 
-    def record(n: int, uncached: int, cached: int, ceiling: int) -> Record:
-        return Record(
-            request_id=f"r{n}",
+    def made(n: int, uncached: int, cached: int, ceiling: int) -> Record:
+        return record(
+            f"r{n}",
             tenant_id=tenant_id,
-            api_key_id="k",
-            interaction_id=f"i{n}",
-            model="m",
-            deployment="m",
-            upstream="http://r",
             started_at=start + timedelta(minutes=n),
-            ended_at=start + timedelta(minutes=n, seconds=1),
-            status=Status.COMPLETED,
             usage=Usage(uncached, cached, 0, 1),
-            cost=Cost(),
+            prices=None,
             ceiling_cached_tokens=ceiling,
             predicted_cached_tokens=cached,
         )
 
     # 1000 prompt tokens: 300 read from cache, 400 could have been.
-    insert_records(engine, [record(1, 500, 0, 0), record(2, 200, 300, 400)])
+    insert_records(engine, [made(1, 500, 0, 0), made(2, 200, 300, 400)])
     engine.dispose()
     out = kvgate("ceiling", "--start", "2026-11-02", "--end", "2026-11-02", env=env).stdout
     assert out.strip().splitlines() == [

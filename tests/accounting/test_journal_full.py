@@ -19,7 +19,7 @@ import pytest
 from gateway.accounting.journal import Journal, JournalError, SyncMode, read_batch
 from gateway.accounting.recorder import PROBE_LINE, Recorder
 from gateway.db.session import make_engine
-from tests.test_records import make_record
+from tests.factories import record as make_record
 
 
 @contextmanager

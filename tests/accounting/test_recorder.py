@@ -14,7 +14,7 @@ from gateway.db.migrate import upgrade
 from gateway.db.models import RequestRow
 from gateway.db.session import make_engine
 from gateway.usage import Usage
-from tests.test_records import make_record
+from tests.factories import record as make_record
 
 
 def count_rows(engine) -> int:  # type: ignore[no-untyped-def]
@@ -340,7 +340,7 @@ def test_a_batch_keeps_every_value_exactly_and_skips_request_ids_already_there(
         rows = connection.execute(select(table).order_by(table.c.request_id)).all()
         got = [(r.request_id, r.error, r.interaction_id, r.finish_reason) for r in rows]
         b = rows[1]
-    assert got == [("req_a", nasty, nasty, "stop"), ("req_b", None, "int-1", None)]
+    assert got == [("req_a", nasty, nasty, "stop"), ("req_b", None, "req_b", None)]
     assert b.first_token_at is None and b.started_at == second.started_at
     assert b.cost_total == Decimal("0.000055260") == second.cost.total
     assert (b.uncached_tokens, b.cache_read_tokens, b.output_tokens) == (176, 1024, 30)

@@ -17,22 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from gateway.db import crud
-from gateway.db.migrate import upgrade
-from gateway.db.session import make_engine, session_factory, transaction
-from pricing.book import load_catalog
-from tests.support.processes import (
-    Proc,
-    gateway_env,
-    kvgate,
-    start_gateway,
-    start_sim,
-    write_config,
-)
+from tests.factories import vllm
+from tests.support.processes import kvgate
+from tests.support.stack import Stack, running_stack
 
 MODEL = "kvgate/demo-llama-8b"
 CAPACITY_BLOCKS = 640
@@ -49,48 +39,19 @@ SIM_TIMING = (
 )
 
 
-@dataclass
-class Fleet:
-    url: str
-    keys: dict[str, str]
-    gateway: Proc
-    sims: list[Proc]
-    env: dict[str, str]
-    tmp: Path
-
-
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("cachetest-fleet")
-    database_url = f"sqlite:///{tmp / 'kvgate.db'}"
-    env = gateway_env(database_url, tmp / "journal")
-    keys = _tenants(database_url, ("alpha", "beta", "carol", "dave"))
-    for name in ("carol", "dave"):
-        kvgate("tenants", "set-group", name, "--cache-group", "shared-by-operator", env=env)
-    sims = [start_sim(tmp, model=MODEL, extra=SIM_TIMING) for _ in range(2)]
-    config = write_config(tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [s.url for s in sims]}])
-    gateway = start_gateway(tmp, config, env)
-    try:
-        yield Fleet(gateway.url, keys, gateway, sims, env, tmp)
-    finally:
-        gateway.stop()
-        for sim in sims:
-            sim.stop()
-
-
-def _tenants(database_url: str, names: tuple[str, ...]) -> dict[str, str]:
-    """Migrations, the price catalog, and a tenant with one key for each name."""
-    upgrade(database_url)
-    engine = make_engine(database_url)
-    try:
-        with transaction(session_factory(engine)) as session:
-            crud.add_prices(session, prices=load_catalog())
-            for name in names:
-                crud.create_tenant(session, name=name)
-        with transaction(session_factory(engine)) as session:
-            return {name: crud.create_key(session, tenant_name=name).key for name in names}
-    finally:
-        engine.dispose()
+    with running_stack(
+        tmp, f"sqlite:///{tmp / 'kvgate.db'}", tenants=("alpha", "beta", "carol", "dave")
+    ) as stack:
+        for name in ("carol", "dave"):
+            kvgate(
+                "tenants", "set-group", name, "--cache-group", "shared-by-operator", env=stack.env
+            )
+        stack.configure([vllm(MODEL, [s.url for s in stack.start_sims(2, extra=SIM_TIMING)])])
+        stack.start_gateway()
+        yield stack
 
 
 @dataclass(frozen=True)

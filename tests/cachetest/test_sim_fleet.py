@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.cachetest.conftest import BLOCK_SIZE, CAPACITY_BLOCKS, MODEL, Fleet, cachetest
+from tests.cachetest.conftest import BLOCK_SIZE, CAPACITY_BLOCKS, MODEL, cachetest
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +30,7 @@ def nano(tokens: int, rate: Decimal) -> Decimal:
     return (tokens * rate / 1_000_000).quantize(Decimal("0.000000001"))
 
 
-def test_the_quick_plan_against_the_fleet(fleet: Fleet, tmp_path: Path) -> None:
+def test_the_quick_plan_against_the_fleet(fleet: Stack, tmp_path: Path) -> None:
     """Every stage, isolated tenants, kvgate's own statement for the price; under 3 minutes."""
     run = cachetest(
         "--target", fleet.url,
@@ -126,7 +127,7 @@ def test_the_quick_plan_against_the_fleet(fleet: Fleet, tmp_path: Path) -> None:
 
 
 def test_an_operator_sharing_group_is_caught_from_timing_alone(
-    fleet: Fleet, tmp_path: Path
+    fleet: Stack, tmp_path: Path
 ) -> None:
     """carol and dave share a cache group; the auditor never sees a cached-token count."""
     run = cachetest(
@@ -151,7 +152,7 @@ def test_an_operator_sharing_group_is_caught_from_timing_alone(
     assert "**Isolation FAILED: cache shared across keys.**" in (tmp_path / "report.md").read_text()
 
 
-def test_isolated_tenants_pass_the_timing_only_audit_too(fleet: Fleet, tmp_path: Path) -> None:
+def test_isolated_tenants_pass_the_timing_only_audit_too(fleet: Stack, tmp_path: Path) -> None:
     run = cachetest(
         "--target", fleet.url,
         "--key", fleet.keys["alpha"],

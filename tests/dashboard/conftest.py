@@ -13,32 +13,11 @@ from streamlit.testing.v1 import AppTest
 
 from gateway.accounting.recorder import insert_records
 from gateway.accounting.records import Record, Status
-from gateway.db import crud
-from gateway.db.session import make_engine, session_factory, transaction
+from gateway.db.session import make_engine, session_factory
 from gateway.usage import Usage
-from pricing.book import Price, PriceBook, price_from_mapping
-from pricing.cost import Cost, compute
+from tests.factories import JAN, JUL, record, tenants
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
-JAN = price_from_mapping(
-    {
-        "model": "m",
-        "effective_from": "2026-01-01",
-        "input": "0.20",
-        "cache_read": "0.02",
-        "output": "0.60",
-    }
-)
-JUL = price_from_mapping(
-    {
-        "model": "m",
-        "effective_from": "2026-07-01",
-        "input": "0.15",
-        "cache_read": "0.015",
-        "output": "0.45",
-    }
-)
-BOOK = PriceBook([JAN, JUL])
 FIRST_DAY, LAST_DAY = date(2026, 6, 30), date(2026, 7, 1)
 
 
@@ -63,23 +42,20 @@ def make(
     ceiling: int | None = None,
     error: str | None = None,
 ) -> Record:
-    price: Price | None = BOOK.price_for(model, at=started)
-    return Record(
-        request_id=f"req_{n}",
+    """Request ``req_<n>`` of the world: two seconds long, priced by the book."""
+    return record(
+        f"req_{n}",
         tenant_id=tenant,
         api_key_id="key",
+        usage=usage,
+        started_at=started,
+        took=timedelta(seconds=2),
+        ttft_ms=ttft_ms,
         model=model,
         interaction_id=interaction,
-        deployment=model,
-        upstream=upstream,
-        attempt=attempt,
-        started_at=started,
-        ended_at=started + timedelta(seconds=2),
-        first_token_at=None if ttft_ms is None else started + timedelta(milliseconds=ttft_ms),
         status=status,
-        usage=usage,
-        price_id=price.id if price else None,
-        cost=compute(usage, price) if price else Cost(),
+        attempt=attempt,
+        upstream=upstream,
         predicted_cached_tokens=predicted,
         ceiling_cached_tokens=ceiling,
         error=error,
@@ -160,10 +136,8 @@ def empty_world(database_url: str) -> Iterator[World]:
 def world(database_url: str) -> Iterator[World]:
     engine = make_engine(database_url)
     sessions = session_factory(engine)
-    with transaction(sessions) as session:
-        crud.add_prices(session, prices=[JAN, JUL])
-        a = crud.create_tenant(session, name="acme").id
-        b = crud.create_tenant(session, name="bravo").id
+    made = tenants(engine, "acme", "bravo", prices=[JAN, JUL])
+    a, b = made["acme"].id, made["bravo"].id
     records = world_records(a, b)
     insert_records(engine, records)
     yield World(database_url, sessions, a, b, records)

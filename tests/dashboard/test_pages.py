@@ -24,7 +24,8 @@ from gateway import billing
 from gateway.accounting.records import Record
 from gateway.db import crud
 from pricing.cost import NANO, PER_MILLION
-from tests.dashboard.conftest import BOOK, JAN, JUL, World, open_app
+from tests.dashboard.conftest import World, open_app
+from tests.factories import BOOK, JAN, JUL
 
 D = Decimal
 

@@ -7,37 +7,16 @@ import orjson
 import pytest
 
 from gateway import billing
-from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import insert_records
 from gateway.accounting.records import Record, Status
-from gateway.auth import Principal
 from gateway.db import crud
-from gateway.db.session import make_engine, session_factory, transaction
+from gateway.db.session import make_engine, session_factory
 from gateway.errors import InvalidRequest
 from gateway.usage import Usage
-from pricing.book import PriceBook, price_from_mapping
-from pricing.cost import Cost, compute
+from tests.factories import JAN, JUL, price, tenants
+from tests.factories import record as make_record
 
 D = Decimal
-JAN = price_from_mapping(
-    {
-        "model": "m",
-        "effective_from": "2026-01-01",
-        "input": "0.20",
-        "cache_read": "0.02",
-        "output": "0.60",
-    }
-)
-JUL = price_from_mapping(
-    {
-        "model": "m",
-        "effective_from": "2026-07-01",
-        "input": "0.15",
-        "cache_read": "0.015",
-        "output": "0.45",
-    }
-)
-BOOK = PriceBook([JAN, JUL])
 
 
 def record(
@@ -50,21 +29,15 @@ def record(
     interaction: str | None = None,
     model: str = "m",
 ) -> Record:
-    price = BOOK.price_for(model, at=started)
-    return Record(
-        request_id=f"req_{tenant}_{n}",
+    return make_record(
+        f"req_{tenant}_{n}",
         tenant_id=tenant,
         api_key_id="key",
+        usage=usage,
+        started_at=started,
         model=model,
         interaction_id=interaction or f"i{n}",
-        deployment=model,
-        upstream="http://r1",
-        started_at=started,
-        ended_at=started + timedelta(seconds=1),
         status=status,
-        usage=usage,
-        price_id=price.id if price else None,
-        cost=compute(usage, price) if price else Cost(),
     )
 
 
@@ -72,10 +45,8 @@ def record(
 def world(database_url: str):  # type: ignore[no-untyped-def]
     engine = make_engine(database_url)
     sessions = session_factory(engine)
-    with transaction(sessions) as session:
-        crud.add_prices(session, prices=[JAN, JUL])
-        a = crud.create_tenant(session, name="a").id
-        b = crud.create_tenant(session, name="b").id
+    made = tenants(engine, "a", "b", prices=[JAN, JUL])
+    a, b = made["a"].id, made["b"].id
     june30 = datetime(2026, 6, 30, 23, 59, 59, tzinfo=UTC)
     july1 = datetime(2026, 7, 1, 0, 0, 0, tzinfo=UTC)
     records = [
@@ -195,9 +166,7 @@ def test_many_small_costs_sum_exactly(database_url: str) -> None:
     """10,000 nano-dollar-precise costs: SQL sum equals the Decimal sum, to the digit."""
     engine = make_engine(database_url)
     sessions = session_factory(engine)
-    with transaction(sessions) as session:
-        crud.add_prices(session, prices=[JUL])
-        tenant = crud.create_tenant(session, name="t").id
+    tenant = tenants(engine, "t", prices=[JUL])["t"].id
     start = datetime(2026, 8, 1, tzinfo=UTC)
     records = [
         record(n, tenant, start + timedelta(seconds=n), Usage(n % 997 + 1, n % 13, 0, n % 7))
@@ -215,27 +184,23 @@ def test_many_small_costs_sum_exactly(database_url: str) -> None:
     assert statement.totals.cost_total == sum((r.cost.total for r in records), D(0))
 
 
-TIERED = price_from_mapping(
-    {
-        "model": "t",
-        "effective_from": "2026-01-01",
-        "input": "3",
-        "cache_read": "0.30",
-        "cache_write": "3.75",
-        "cache_write_1h": "6",
-        "output": "15",
-        "long_context": {
-            "above": 200000,
-            "input": "6",
-            "cache_read": "0.60",
-            "cache_write": "7.50",
-            "cache_write_1h": "12",
-            "output": "22.50",
-        },
-        "tiers": {
-            "priority": {"input": "5", "cache_read": "0.50", "cache_write": "6.25", "output": "25"}
-        },
-    }
+TIERED = price(
+    "t",
+    "2026-01-01",
+    input="3",
+    cache_read="0.30",
+    output="15",
+    cache_write="3.75",
+    cache_write_1h="6",
+    long_context={
+        "above": 200000,
+        "input": "6",
+        "cache_read": "0.60",
+        "cache_write": "7.50",
+        "cache_write_1h": "12",
+        "output": "22.50",
+    },
+    tiers={"priority": {"input": "5", "cache_read": "0.50", "cache_write": "6.25", "output": "25"}},
 )
 
 
@@ -244,11 +209,7 @@ def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str)
     each with the rates actually applied (1-hour writes at their own rate)."""
     engine = make_engine(database_url)
     sessions = session_factory(engine)
-    with transaction(sessions) as session:
-        crud.add_prices(session, prices=[TIERED])
-        tenant_id = crud.create_tenant(session, name="tiered").id
-    ledger = Ledger(book=PriceBook([TIERED]), recorder=None)  # type: ignore[arg-type]
-    principal = Principal(tenant_id, "tiered", "key", f"tenant:{tenant_id}")
+    tenant_id = tenants(engine, "tiered", prices=[TIERED])["tiered"].id
     started = datetime(2026, 3, 1, 12, tzinfo=UTC)
     attempts = [
         ("std", Usage(1000, 2000, 500, 100, cache_write_1h_tokens=100), None),
@@ -256,24 +217,17 @@ def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str)
         ("prio", Usage(1000, 0, 200, 10, cache_write_1h_tokens=200), "priority"),
     ]
     records = [
-        Record(
-            request_id=name,
-            tenant_id=principal.tenant_id,
-            api_key_id=principal.api_key_id,
-            interaction_id=name,
+        make_record(
+            name,
+            tenant_id=tenant_id,
             model="t",
-            deployment="t",
             upstream="anthropic/t",
             started_at=started,
-            ended_at=started,
-            status=Status.COMPLETED,
             usage=usage,
-            price_id=priced.price_id,
-            rate_class=priced.rate_class,
-            cost=priced.cost,
+            prices=TIERED,
+            service_tier=tier,
         )
         for name, usage, tier in attempts
-        for priced in [ledger.price("t", at=started, usage=usage, tier=tier)]
     ]
     assert [r.rate_class for r in records] == ["standard", "long_context", "priority"]
     insert_records(engine, records)

@@ -13,18 +13,10 @@ from openai import AsyncOpenAI
 from sqlalchemy import func, select
 
 from gateway.db.models import RequestRow
-from gateway.db.session import make_engine
 from tests.conftest import _backends, new_database
-from tests.e2e.conftest import make_tenant
-from tests.support.processes import (
-    Proc,
-    free_port,
-    gateway_env,
-    kvgate,
-    start_gateway,
-    start_sim,
-    write_config,
-)
+from tests.factories import vllm
+from tests.support.processes import Proc, free_port
+from tests.support.stack import running_stack
 
 pytestmark = pytest.mark.e2e
 MODEL = "kvgate/demo-llama-8b"
@@ -83,73 +75,58 @@ async def load_then_kill(
     "backend", [p.values[0] for p in _backends()], ids=[p.id for p in _backends()]
 )
 def test_sigkill_under_load_loses_no_completed_request(backend: str, tmp_path: Path) -> None:
-    with new_database(backend, tmp_path) as database_url:
+    with (
+        new_database(backend, tmp_path) as database_url,
         # A long flush interval keeps records in the journal only, so the kill must be
         # survived by replaying it.
-        env = gateway_env(
+        running_stack(
+            tmp_path,
             database_url,
-            tmp_path / "journal",
+            tenants=("crash",),
             KVGATE_RECORDER_FLUSH_INTERVAL_S="30",
             KVGATE_RECORDER_BATCH_SIZE="100000",
-        )
-        kvgate("db", "upgrade", env=env)
-        kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "crash")
-        sims = [
-            start_sim(tmp_path, extra=("--decode-tokens-per-s", "0", "--prefill-tokens-per-s", "0"))
-            for _ in range(2)
-        ]
-        config = write_config(
-            tmp_path / "kvgate.yaml", [{"name": MODEL, "replicas": [s.url for s in sims]}]
-        )
+        ) as stack,
+    ):
+        stack.configure([vllm(MODEL, [s.url for s in stack.start_sims(2)])])
         port = free_port()
-        engine = make_engine(database_url)
-        try:
-            for cycle in range(2):
-                # Cycle 0: the gateway and its database writer die at once (as in a machine
-                # crash): the restarted gateway must replay the journal. Cycle 1: only the
-                # gateway dies; its writer is told (PR_SET_PDEATHSIG) and drains the journal.
-                machine_crash = cycle == 0
-                gateway = start_gateway(tmp_path, config, env, port=port)
-                seen: list[str] = []
-                errors: list[str] = []
+        engine, key = stack.engine, stack.key
+        for cycle in range(2):
+            # Cycle 0: the gateway and its database writer die at once (as in a machine
+            # crash): the restarted gateway must replay the journal. Cycle 1: only the
+            # gateway dies; its writer is told (PR_SET_PDEATHSIG) and drains the journal.
+            machine_crash = cycle == 0
+            gateway = stack.start_gateway(port=port)
+            seen: list[str] = []
+            errors: list[str] = []
 
-                asyncio.run(load_then_kill(gateway, key, seen, errors, machine_crash))
-                assert len(seen) >= 150, (errors[:3], gateway.output()[-2000:])
+            asyncio.run(load_then_kill(gateway, key, seen, errors, machine_crash))
+            assert len(seen) >= 150, (errors[:3], gateway.output()[-2000:])
 
-                assert gateway.process.returncode == -signal.SIGKILL
-                if machine_crash:
-                    with engine.connect() as connection:
-                        before = connection.scalar(
-                            select(func.count()).where(RequestRow.request_id.in_(seen))
+            assert gateway.process.returncode == -signal.SIGKILL
+            if machine_crash:
+                with engine.connect() as connection:
+                    before = connection.scalar(
+                        select(func.count()).where(RequestRow.request_id.in_(seen))
+                    )
+                assert before == 0, "records should have been in the journal only"
+            survivor = stack.start_gateway(port=port)
+            deadline = time.monotonic() + 30
+            count = 0
+            while time.monotonic() < deadline:
+                with engine.connect() as connection:
+                    count = connection.scalar(
+                        select(func.count()).where(
+                            RequestRow.request_id.in_(seen), RequestRow.status == "completed"
                         )
-                    assert before == 0, "records should have been in the journal only"
-                survivor = start_gateway(tmp_path, config, env, port=port)
-                deadline = time.monotonic() + 30
-                count = 0
-                while time.monotonic() < deadline:
-                    with engine.connect() as connection:
-                        count = connection.scalar(
-                            select(func.count()).where(
-                                RequestRow.request_id.in_(seen), RequestRow.status == "completed"
-                            )
-                        )
-                    if count == len(seen):
-                        break
-                    time.sleep(0.1)
-                survivor.stop()  # a clean stop drains its own journal too
-                assert len(seen) >= 150
-                assert count == len(seen), (
-                    f"cycle {cycle}: {len(seen) - count} completed requests lost"
-                )
-                assert len(set(seen)) == len(seen)
-            with engine.connect() as connection:
-                total = connection.scalar(select(func.count()).select_from(RequestRow))
-                distinct = connection.scalar(
-                    select(func.count(func.distinct(RequestRow.request_id)))
-                )
-            assert total == distinct
-        finally:
-            engine.dispose()
-            for sim in sims:
-                sim.stop()
+                    )
+                if count == len(seen):
+                    break
+                time.sleep(0.1)
+            survivor.stop()  # a clean stop drains its own journal too
+            assert len(seen) >= 150
+            assert count == len(seen), f"cycle {cycle}: {len(seen) - count} completed requests lost"
+            assert len(set(seen)) == len(seen)
+        with engine.connect() as connection:
+            total = connection.scalar(select(func.count()).select_from(RequestRow))
+            distinct = connection.scalar(select(func.count(func.distinct(RequestRow.request_id))))
+        assert total == distinct

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.request
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
@@ -21,8 +20,9 @@ from openai import AsyncOpenAI, OpenAI
 from sqlalchemy import select
 
 from gateway.db.models import RequestRow
-from tests.e2e.conftest import DOWN, MODEL, SOLO, UNPRICED, Stack
-from tests.support.processes import kvgate, wait_recorded
+from tests.e2e.conftest import ADMIN_TOKEN, DOWN, MODEL, SOLO, UNPRICED
+from tests.support.processes import call, kvgate, wait_recorded
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -66,17 +66,7 @@ def raw(
     headers: dict[str, str] | None = None,
     method: str | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(
-        stack.url + path,
-        data=body,
-        headers=headers or {},
-        method=method or ("POST" if body is not None else "GET"),
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return reply.status, dict(reply.headers), reply.read()
-    except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read()
+    return call(stack.url + path, body, headers, method)
 
 
 def test_models_list(stack: Stack) -> None:
@@ -338,9 +328,8 @@ def test_upstream_down_gives_503_and_a_failed_record(stack: Stack) -> None:
 
 
 def test_revoked_key_is_refused(stack: Stack) -> None:
-    from tests.e2e.conftest import make_tenant
-
-    key, key_id = make_tenant(stack.env, "gamma")
+    key = stack.tenant("gamma")
+    key_id = stack.key_ids["gamma"]
     gamma = OpenAI(base_url=stack.base_url, api_key=key, max_retries=0)
     assert gamma.chat.completions.create(model=SOLO, messages=messages("hi"), max_tokens=1)
     kvgate("keys", "revoke", key_id, env=stack.env)
@@ -356,9 +345,7 @@ def test_revoked_key_is_refused(stack: Stack) -> None:
 
 def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
     """A fresh tenant: every cost the client saw, summed, is the statement total."""
-    from tests.e2e.conftest import make_tenant
-
-    key, _ = make_tenant(stack.env, "delta")
+    key = stack.tenant("delta")
     c = OpenAI(base_url=stack.base_url, api_key=key, max_retries=0)
     seen = Decimal(0)
     tokens = {"uncached": 0, "cached": 0, "output": 0}
@@ -415,7 +402,7 @@ def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
     status, _, admin_body = raw(
         stack,
         f"/v1/admin/statement?tenant=delta&start={today}&end={today}&format=csv",
-        headers={"Authorization": f"Bearer {stack.admin_token}"},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
     )
     assert status == 200 and admin_body == body
 

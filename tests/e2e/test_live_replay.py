@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import make_tenant
-from tests.support.processes import gateway_env, kvgate, start_gateway, start_sim, write_config
+from tests.factories import vllm
+from tests.support.processes import kvgate
+from tests.support.stack import running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -31,33 +32,21 @@ def test_live_replay_reports_the_same_hit_rate_as_the_records(tmp_path: Path) ->
             for n in range(12)
         )
     )
-    env = gateway_env(f"sqlite:///{tmp_path / 'kvgate.db'}", tmp_path / "journal")
-    kvgate("db", "upgrade", env=env)
-    kvgate("prices", "sync", env=env)
-    key, _ = make_tenant(env, "replayer")
-    sims = [
-        start_sim(tmp_path, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
-        for _ in range(2)
-    ]
-    config = write_config(
-        tmp_path / "kvgate.yaml",
-        [
-            {
-                "name": "kvgate/demo-llama-8b",
-                "replicas": [s.url for s in sims],
-                "tokenizer": "kvgate-sim",
-            }
-        ],
-    )
-    gateway = start_gateway(tmp_path, config, env)
-    try:
-        out = kvgate(
-            "replay", str(trace), "--target", gateway.url, "--key", key, "--speed", "20", env=env
-        ).stdout
-    finally:
-        gateway.stop()
-        for sim in sims:
-            sim.stop()
+    with running_stack(
+        tmp_path, f"sqlite:///{tmp_path / 'kvgate.db'}", tenants=("replayer",)
+    ) as stack:
+        stack.configure(
+            [
+                vllm(
+                    "kvgate/demo-llama-8b",
+                    [s.url for s in stack.start_sims(2)],
+                    tokenizer="kvgate-sim",
+                )
+            ]
+        )
+        stack.start_gateway()
+        command = ("replay", str(trace), "--target", stack.url, "--key", stack.key)
+        out = kvgate(*command, "--speed", "20", env=stack.env).stdout
     reported = float(re.search(r"token hit rate \(reported by the replicas\): ([\d.]+)%", out)[1])  # type: ignore[index]
     recorded = re.search(
         r"recorded by the gateway: (\d+) requests, ([\d,]+) prompt tokens, "

@@ -11,25 +11,14 @@ import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from openai import AsyncOpenAI, OpenAI
-from sqlalchemy import select
 
 from gateway.db.models import RequestRow
-from gateway.db.session import make_engine
-from tests.e2e.conftest import make_tenant
-from tests.support.processes import (
-    Proc,
-    gateway_env,
-    kvgate,
-    start_gateway,
-    start_sim,
-    wait_http,
-    wait_recorded,
-    write_config,
-)
+from tests.factories import vllm
+from tests.support.processes import start_sim, wait_http
+from tests.support.stack import INSTANT, Stack, running_stack
 
 pytestmark = pytest.mark.e2e
 SIM_MODEL = "kvgate/demo-llama-8b"
@@ -38,66 +27,40 @@ SYSTEMS = [
 ]
 
 
-class Fleet:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.sims: dict[str, list[Proc]] = {}
-        self.database_url = f"sqlite:///{tmp / 'kvgate.db'}"
-        self.env = gateway_env(self.database_url, tmp / "journal", KVGATE_HEALTH_INTERVAL_S="0.3")
-        kvgate("db", "upgrade", env=self.env)
-        kvgate("prices", "sync", env=self.env)
-        self.key, _ = make_tenant(self.env, "router")
-        models = []
-        for policy in ("kv-aware", "round-robin"):
-            sims = [
-                start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
-                for _ in range(3)
-            ]
-            self.sims[policy] = sims
-            models.append(
-                {
-                    "name": policy,
-                    "replicas": [s.url for s in sims],
-                    "policy": policy,
-                    "tokenizer": "kvgate-sim",
-                    "upstream_model": SIM_MODEL,
-                    "price_model": SIM_MODEL,
-                    "connect_timeout_s": 1,
-                }
-            )
-        self.config = write_config(tmp / "kvgate.yaml", models)
-        self.gateway = start_gateway(tmp, self.config, self.env)
-        self.engine = make_engine(self.database_url)
-
-    def rows(self, model: str) -> list[RequestRow]:
-        wait_recorded(self.gateway.url)
-        with self.engine.connect() as connection:
-            return list(
-                connection.execute(  # type: ignore[arg-type]
-                    select(RequestRow)
-                    .where(RequestRow.model == model)
-                    .order_by(RequestRow.started_at)
-                )
-            )
-
-    def stop(self) -> None:
-        self.gateway.stop()
-        for sims in self.sims.values():
-            for sim in sims:
-                sim.stop()
-        self.engine.dispose()
+POLICIES = ("kv-aware", "round-robin")
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    running = Fleet(tmp_path_factory.mktemp("routing"))
-    yield running
-    running.stop()
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Three replicas per policy (the first three kv-aware's), one tenant ``router``."""
+    tmp = tmp_path_factory.mktemp("routing")
+    with running_stack(
+        tmp, f"sqlite:///{tmp / 'kvgate.db'}", tenants=("router",), KVGATE_HEALTH_INTERVAL_S="0.3"
+    ) as stack:
+        models = [
+            vllm(
+                policy,
+                [sim.url for sim in stack.start_sims(3)],
+                policy=policy,
+                tokenizer="kvgate-sim",
+                upstream_model=SIM_MODEL,
+                price_model=SIM_MODEL,
+                connect_timeout_s=1,
+            )
+            for policy in POLICIES
+        ]
+        stack.configure(models)
+        stack.start_gateway()
+        yield stack
 
 
-def run_workload(fleet: Fleet, model: str) -> None:
+def rows_of(fleet: Stack, model: str) -> list[RequestRow]:
+    return fleet.rows(RequestRow.model == model)
+
+
+def run_workload(fleet: Stack, model: str) -> None:
     """8 shared system prompts, 6 distinct user turns each, interleaved."""
-    client = OpenAI(base_url=fleet.gateway.url + "/v1", api_key=fleet.key, max_retries=0)
+    client = OpenAI(base_url=fleet.base_url, api_key=fleet.key, max_retries=0)
     for turn in range(6):
         for n, system in enumerate(SYSTEMS):
             client.chat.completions.create(
@@ -118,10 +81,10 @@ def rates(rows: list[RequestRow]) -> tuple[float, float]:
     )
 
 
-def test_kv_aware_reaches_the_ceiling_and_round_robin_does_not(fleet: Fleet) -> None:
+def test_kv_aware_reaches_the_ceiling_and_round_robin_does_not(fleet: Stack) -> None:
     run_workload(fleet, "kv-aware")
     run_workload(fleet, "round-robin")
-    kv_rows, rr_rows = fleet.rows("kv-aware"), fleet.rows("round-robin")
+    kv_rows, rr_rows = rows_of(fleet, "kv-aware"), rows_of(fleet, "round-robin")
     assert len(kv_rows) == len(rr_rows) == 48
     kv_rate, kv_ceiling = rates(kv_rows)
     rr_rate, rr_ceiling = rates(rr_rows)
@@ -138,15 +101,15 @@ def test_kv_aware_reaches_the_ceiling_and_round_robin_does_not(fleet: Fleet) -> 
         assert len({rr_rows[i].upstream for i in range(n, 48, 8)}) == 3
 
 
-def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet) -> None:
-    victim = fleet.sims["kv-aware"][0]
+def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Stack) -> None:
+    victim = fleet.sims[0]  # kv-aware's first
     errors: list[BaseException] = []
     done = 0
     killed_at: datetime | None = None
 
     async def load() -> None:
         nonlocal done, killed_at
-        client = AsyncOpenAI(base_url=fleet.gateway.url + "/v1", api_key=fleet.key, max_retries=0)
+        client = AsyncOpenAI(base_url=fleet.base_url, api_key=fleet.key, max_retries=0)
 
         async def worker(n: int) -> None:
             nonlocal done
@@ -178,7 +141,7 @@ def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet
     assert errors == []
     assert done == 240
     assert killed_at is not None
-    rows = [r for r in fleet.rows("kv-aware") if r.started_at >= killed_at]
+    rows = [r for r in rows_of(fleet, "kv-aware") if r.started_at >= killed_at]
     late = [
         r
         for r in rows
@@ -196,13 +159,11 @@ def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet
 
     # The replica comes back on the same port: health checks bring it back into rotation.
     port = int(victim.url.rsplit(":", 1)[1])
-    back = start_sim(
-        fleet.tmp, port=port, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0")
-    )
-    fleet.sims["kv-aware"][0] = back
+    back = start_sim(fleet.tmp, port=port, extra=INSTANT)
+    fleet.sims[0] = back
     wait_http(back.url + "/health")
     time.sleep(1.0)
-    client = OpenAI(base_url=fleet.gateway.url + "/v1", api_key=fleet.key, max_retries=0)
+    client = OpenAI(base_url=fleet.base_url, api_key=fleet.key, max_retries=0)
     for n in range(12):
         client.chat.completions.create(
             model="kv-aware",
@@ -212,5 +173,5 @@ def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Fleet
                 {"role": "user", "content": "hi"},
             ],
         )
-    recent = fleet.rows("kv-aware")[-12:]
+    recent = rows_of(fleet, "kv-aware")[-12:]
     assert any(r.upstream == back.url for r in recent)

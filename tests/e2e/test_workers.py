@@ -14,77 +14,49 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from openai import OpenAI
 from sqlalchemy import select
 
 from gateway.db.models import RequestRow
-from gateway.db.session import make_engine
-from tests.e2e.conftest import make_tenant
-from tests.support.processes import (
-    Proc,
-    gateway_env,
-    kvgate,
-    start_gateway,
-    start_sim,
-    write_config,
-)
+from tests.factories import vllm
+from tests.support.stack import Stack, running_stack
 
 pytestmark = pytest.mark.e2e
 SIM_MODEL = "kvgate/demo-llama-8b"
 CONVERSATIONS = 16
 
 
-class Workers:
-    def __init__(self, tmp: Path) -> None:
-        self.database_url = f"sqlite:///{tmp / 'kvgate.db'}"
-        env = gateway_env(self.database_url, tmp / "journal")
-        kvgate("db", "upgrade", env=env)
-        kvgate("prices", "sync", env=env)
-        self.key, _ = make_tenant(env, "workers")
-        self.sims: list[Proc] = [
-            start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
-            for _ in range(3)
-        ]
-        config = write_config(
-            tmp / "kvgate.yaml",
-            [
-                {
-                    "name": "chat",
-                    "replicas": [s.url for s in self.sims],
-                    "policy": "kv-aware",
-                    "tokenizer": "kvgate-sim",
-                    "upstream_model": SIM_MODEL,
-                    "price_model": SIM_MODEL,
-                }
-            ],
-        )
-        self.gateway = start_gateway(tmp, config, env, args=("--workers", "2"))
-        self.engine = make_engine(self.database_url)
-
-    def ask(self, messages: list[dict[str, str]]) -> None:
-        # A client (and a connection) per request: the kernel picks the worker each time.
-        with OpenAI(base_url=self.gateway.url + "/v1", api_key=self.key, max_retries=0) as c:
-            c.chat.completions.create(model="chat", max_tokens=4, messages=messages)  # type: ignore[arg-type]
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(self.gateway.url + "/metrics", timeout=5) as reply:
-            return str(reply.read().decode())
-
-    def stop(self) -> None:
-        self.gateway.stop()
-        for sim in self.sims:
-            sim.stop()
-        self.engine.dispose()
-
-
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    running = Workers(tmp_path_factory.mktemp("workers"))
-    yield running
-    running.stop()
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("workers")
+    with running_stack(tmp, f"sqlite:///{tmp / 'kvgate.db'}", tenants=("workers",)) as stack:
+        sims = stack.start_sims(3)
+        stack.configure(
+            [
+                vllm(
+                    "chat",
+                    [s.url for s in sims],
+                    policy="kv-aware",
+                    tokenizer="kvgate-sim",
+                    upstream_model=SIM_MODEL,
+                    price_model=SIM_MODEL,
+                )
+            ]
+        )
+        stack.start_gateway(args=("--workers", "2"))
+        yield stack
+
+
+def ask(workers: Stack, messages: list[dict[str, str]]) -> None:
+    # A client (and a connection) per request: the kernel picks the worker each time.
+    with workers.client() as client:
+        client.chat.completions.create(model="chat", max_tokens=4, messages=messages)  # type: ignore[arg-type]
+
+
+def metrics(workers: Stack) -> str:
+    with urllib.request.urlopen(workers.url + "/metrics", timeout=5) as reply:
+        return str(reply.read().decode())
 
 
 def turn(n: int, turns: int) -> list[dict[str, str]]:
@@ -96,10 +68,10 @@ def turn(n: int, turns: int) -> list[dict[str, str]]:
     return messages
 
 
-def test_two_workers_route_a_conversation_as_one_and_count_it_once(workers: Workers) -> None:
+def test_two_workers_route_a_conversation_as_one_and_count_it_once(workers: Stack) -> None:
     for n in range(CONVERSATIONS):
-        workers.ask(turn(n, 1))
-        workers.ask(turn(n, 2))
+        ask(workers, turn(n, 1))
+        ask(workers, turn(n, 2))
     # /healthz answers for one worker: wait for both workers' writers in the database.
     deadline = time.monotonic() + 30
     while True:
@@ -118,7 +90,7 @@ def test_two_workers_route_a_conversation_as_one_and_count_it_once(workers: Work
         assert second.cache_read_tokens > 0
         assert second.predicted_cached_tokens == second.cache_read_tokens
     time.sleep(1.5)  # every worker refreshes its gauges each second
-    text = workers.metrics()
+    text = metrics(workers)
     served = sum(
         float(v)
         for v in re.findall(

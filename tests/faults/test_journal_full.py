@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import MODEL, FaultStack, make_stack
+from tests.faults.conftest import MODEL, Stack, make_stack
 from tests.faults.disks import FileSizeLimit, SmallFilesystem
 from tests.faults.load import Load, Tally
 from tests.faults.probes import completed_ids, healthz
@@ -50,7 +50,7 @@ class Run:
     writable_again_s: float  # from space returning to /healthz journal_writable
 
 
-def run_through_a_full_disk(stack: FaultStack, disk: Disk) -> Run:
+def run_through_a_full_disk(stack: Stack, disk: Disk) -> Run:
     load = Load(stack.url, stack.key, MODEL, rate=40, concurrency=64, max_tokens=100).start()
     time.sleep(3)
     assert stack.gateway is not None

@@ -3,33 +3,17 @@ Anthropic (and OpenAI) on loopback; records and statements checked to the nano-d
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
-from sqlalchemy import Engine, select
 
-from gateway.db import crud
 from gateway.db.models import RequestRow
-from gateway.db.session import make_engine, session_factory, transaction
+from tests.factories import litellm
 from tests.providers.prices import GPT, SONNET, SONNET_PRIORITY_CONTRACT
-from tests.support.processes import (
-    Proc,
-    free_port,
-    gateway_env,
-    kvgate,
-    start_gateway,
-    wait_http,
-    write_config,
-)
+from tests.support.stack import Stack, running_stack
 
 pytestmark = pytest.mark.e2e
 D = Decimal
@@ -40,113 +24,42 @@ MESSAGES = [
 ]
 
 
-@dataclass
-class Stack:
-    gateway: Proc
-    emulator: Proc
-    engine: Engine
-    key: str
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key=self.key, max_retries=0)
-
-    def rows(self, count: int, timeout_s: float = 10.0) -> list[RequestRow]:
-        """The request rows, once the recorder has written ``count`` of them."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with session_factory(self.engine)() as session:
-                rows = list(session.scalars(select(RequestRow).order_by(RequestRow.started_at)))
-            if len(rows) >= count or time.monotonic() > deadline:
-                return rows
-            time.sleep(0.05)
-
-    def statement(self) -> dict:  # type: ignore[type-arg]
-        today = datetime.now(UTC).date().isoformat()
-        reply = httpx.get(
-            self.gateway.url + "/v1/billing/statement",
-            params={"start": today, "end": today},
-            headers={"authorization": f"Bearer {self.key}"},
-        )
-        reply.raise_for_status()
-        return reply.json()  # type: ignore[no-any-return]
-
-
-def start_emulator(tmp: Path) -> Proc:
-    port = free_port()
-    log = tmp / "emulator.log"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.providers.emulator",
-            "--port",
-            str(port),
-            "--event-delay-s",
-            "0.02",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", process=process)
-    return Proc(process, url, log)
-
-
 @pytest.fixture
-def stack(database_url: str, tmp_path: Path) -> Iterator[Stack]:
-    env = gateway_env(database_url, tmp_path / "journal", **{KEY_ENV: "sk-ant-test"})
-    kvgate("tenants", "create", "acme", env=env)
-    key = kvgate("keys", "create", "--tenant", "acme", env=env).stdout.strip().splitlines()[-1]
-    engine = make_engine(database_url)
-    with transaction(session_factory(engine)) as session:
-        crud.add_prices(session, prices=[SONNET, GPT, SONNET_PRIORITY_CONTRACT])
-    emulator = start_emulator(tmp_path)
-    anthropic = {
-        "backend": "litellm",
-        "api_base": emulator.url,
-        "api_key_env": KEY_ENV,
-        "price_model": SONNET.model,
-    }
-    config = write_config(
-        tmp_path / "kvgate.yaml",
-        [
-            {"name": "claude", "litellm_model": "anthropic/anthropic-cache-write", **anthropic},
-            {
-                "name": "claude-retry",
-                "litellm_model": "anthropic/anthropic-error-500",
-                **anthropic,
-                "fallbacks": [
-                    {
-                        "litellm_model": "anthropic/anthropic-cache-read",
-                        "api_base": emulator.url,
-                        "api_key_env": KEY_ENV,
-                        "price_model": SONNET.model,
-                    }
-                ],
-            },
-            {"name": "claude-long", "litellm_model": "anthropic/anthropic-long", **anthropic},
-            {
-                "name": "claude-priority",
-                "litellm_model": "anthropic/anthropic-priority",
-                **anthropic,
-                "price_model": SONNET_PRIORITY_CONTRACT.model,
-            },
-            {
-                "name": "gpt",
-                "backend": "litellm",
-                "litellm_model": "openai/openai-no-usage",
-                "api_base": emulator.url + "/v1",
-                "price_model": GPT.model,
-            },
-        ],
-    )
-    gateway = start_gateway(tmp_path, config, env)
-    try:
-        yield Stack(gateway=gateway, emulator=emulator, engine=engine, key=key)
-    finally:
-        gateway.stop()
-        emulator.stop()
-        engine.dispose()
+def stack(empty_database_url: str, tmp_path: Path) -> Iterator[Stack]:
+    with running_stack(
+        tmp_path,
+        empty_database_url,
+        prices=[SONNET, GPT, SONNET_PRIORITY_CONTRACT],
+        tenants=("acme",),
+        **{KEY_ENV: "sk-ant-test"},
+    ) as stack:
+        emulator = stack.start_emulator("--event-delay-s", "0.02")
+        anthropic = {"api_base": emulator.url, "api_key_env": KEY_ENV, "price_model": SONNET.model}
+        stack.configure(
+            [
+                litellm("claude", "anthropic/anthropic-cache-write", **anthropic),
+                litellm(
+                    "claude-retry",
+                    "anthropic/anthropic-error-500",
+                    **anthropic,
+                    fallbacks=[{"litellm_model": "anthropic/anthropic-cache-read", **anthropic}],
+                ),
+                litellm("claude-long", "anthropic/anthropic-long", **anthropic),
+                litellm(
+                    "claude-priority",
+                    "anthropic/anthropic-priority",
+                    **{**anthropic, "price_model": SONNET_PRIORITY_CONTRACT.model},
+                ),
+                litellm(
+                    "gpt",
+                    "openai/openai-no-usage",
+                    api_base=emulator.url + "/v1",
+                    price_model=GPT.model,
+                ),
+            ]
+        )
+        stack.start_gateway()
+        yield stack
 
 
 def classes(row: RequestRow) -> tuple[int, int, int, int, int, str]:
@@ -184,7 +97,7 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
     assert usage is not None and usage.prompt_tokens == 1520
     assert (usage.model_extra or {})["cost"] == "0.007710000"
 
-    rows = stack.rows(2)
+    rows = stack.rows(count=2)
     assert [classes(r) for r in rows] == [(20, 0, 1500, 500, 60, "reported")] * 2
     assert [r.cost_cache_write for r in rows] == [D("0.006750000")] * 2
     assert [r.cost_total for r in rows] == [D("0.007710000")] * 2
@@ -194,7 +107,7 @@ def test_anthropic_cache_writes_are_recorded_and_billed_at_their_rates(stack: St
     }
 
     legacy = httpx.post(
-        stack.gateway.url + "/v1/completions",
+        stack.url + "/v1/completions",
         headers={"authorization": f"Bearer {stack.key}"},
         json={"model": "claude", "prompt": "Paris is"},
     )
@@ -230,7 +143,7 @@ def test_an_anthropic_priority_tier_stream_is_billed_at_the_tier_rates(stack: St
     assert chunks[-1].usage is not None
     assert (chunks[-1].usage.model_extra or {})["cost"] == "0.004875000"
 
-    rows = stack.rows(2)
+    rows = stack.rows(count=2)
     assert [(r.service_tier, r.rate_class, r.stream, r.cost_total) for r in rows] == [
         ("priority", "priority", False, D("0.004875000")),
         ("priority", "priority", True, D("0.004875000")),
@@ -253,7 +166,7 @@ def test_a_500_fails_over_to_the_next_target_as_a_second_attempt(stack: Stack) -
     )
     assert reply.usage is not None and reply.usage.prompt_tokens == 2050
 
-    rows = stack.rows(2)
+    rows = stack.rows(count=2)
     assert [(r.attempt, r.status, r.upstream, r.interaction_id) for r in rows] == [
         (1, "failed", "anthropic/anthropic-error-500", "conv-42"),
         (2, "completed", "anthropic/anthropic-cache-read", "conv-42"),
@@ -277,7 +190,7 @@ def test_an_abandoned_stream_is_recorded_cancelled_with_tokens_so_far(stack: Sta
     """The prompt side came in message_start (reported); output is counted, so: estimated."""
     with httpx.stream(
         "POST",
-        stack.gateway.url + "/v1/chat/completions",
+        stack.url + "/v1/chat/completions",
         headers={"authorization": f"Bearer {stack.key}"},
         json={"model": "claude-long", "messages": MESSAGES, "stream": True},
     ) as reply:
@@ -287,7 +200,7 @@ def test_an_abandoned_stream_is_recorded_cancelled_with_tokens_so_far(stack: Sta
                 seen += 1
             if seen == 10:
                 break
-    [row] = stack.rows(1)
+    [row] = stack.rows(count=1)
     assert row.status == "cancelled" and row.error == "client disconnected"
     assert (row.uncached_tokens, row.cache_read_tokens, row.usage_source) == (40, 1000, "estimated")
     assert 9 <= row.output_tokens < 200  # what had been generated, not the whole answer
@@ -306,6 +219,6 @@ def test_a_stream_without_usage_is_estimated_not_taken_from_litellm(stack: Stack
     assert usage is not None
     assert (usage.prompt_tokens, usage.completion_tokens) == (11, 7)
     assert (usage.model_extra or {})["usage_source"] == "estimated"
-    [row] = stack.rows(1)
+    [row] = stack.rows(count=1)
     assert classes(row) == (11, 0, 0, 0, 7, "estimated")
     assert row.cost_total == D("0.000078000")  # 11 x 2 + 7 x 8

@@ -1,48 +1,17 @@
 """Price entries with 1-hour writes, long-context rates and service tiers; exact costs."""
 
-from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
 
-from gateway.accounting.records import Record, Status
+from gateway.accounting.records import Record
 from gateway.usage import Usage
 from pricing.book import PriceError, price_from_mapping
 from pricing.cost import Cost, compute
+from tests.factories import record
+from tests.providers.prices import GPT, SONNET
 
 D = Decimal
-SONNET = price_from_mapping(
-    {
-        "model": "claude-sonnet-4-5",
-        "effective_from": "2025-09-29",
-        "input": "3",
-        "cache_read": "0.30",
-        "cache_write": "3.75",
-        "cache_write_1h": "6",
-        "output": "15",
-        "long_context": {
-            "above": 200_000,
-            "input": "6",
-            "cache_read": "0.60",
-            "cache_write": "7.50",
-            "cache_write_1h": "12",
-            "output": "22.50",
-        },
-    }
-)
-GPT = price_from_mapping(
-    {
-        "model": "gpt-4.1",
-        "effective_from": "2025-04-14",
-        "input": "2",
-        "cache_read": "0.50",
-        "output": "8",
-        "tiers": {
-            "priority": {"input": "3.50", "cache_read": "0.875", "output": "14"},
-            "flex": {"input": "1", "cache_read": "0.25", "output": "4"},
-        },
-    }
-)
 
 
 def test_1h_writes_are_priced_at_their_own_rate() -> None:
@@ -128,21 +97,7 @@ def test_bad_variants_are_refused(extra: dict, message: str) -> None:  # type: i
 
 
 def test_records_journal_1h_writes() -> None:
-    moment = datetime(2026, 1, 1, tzinfo=UTC)
     usage = Usage(20, 0, 1500, 60, cache_write_1h_tokens=500)
-    record = Record(
-        request_id="r",
-        tenant_id="t",
-        api_key_id="k",
-        interaction_id="i",
-        model="m",
-        deployment="m",
-        upstream="anthropic/x",
-        started_at=moment,
-        ended_at=moment,
-        status=Status.COMPLETED,
-        usage=usage,
-        cost=compute(usage, SONNET),
-        price_id=SONNET.id,
-    )
-    assert Record.from_json(record.to_json()) == record
+    made = record(usage=usage, prices=SONNET, upstream="anthropic/x")
+    assert made.cost.cache_write == D("0.006750000")
+    assert Record.from_json(made.to_json()) == made

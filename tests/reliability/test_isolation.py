@@ -26,10 +26,10 @@ from sqlalchemy import select
 from gateway.accounting.recorder import insert_records
 from gateway.auth import cache_salt, hash_key
 from gateway.db import crud
-from gateway.db.migrate import upgrade
 from gateway.db.models import ApiKeyRow, Base, InteractionRow, RequestRow
 from gateway.db.session import make_engine, session_factory, transaction
-from tests.dashboard.conftest import JAN, JUL, open_app, world_records
+from tests.dashboard.conftest import open_app, world_records
+from tests.factories import JAN, JUL, prepared_database
 from tests.reliability.conftest import (
     ADMIN_TOKEN,
     MODEL,
@@ -259,22 +259,28 @@ def test_the_dashboard_shows_no_key_hash_or_secret(
     SQLite only: what a page shows does not depend on the backend (tests/dashboard
     renders every page on both)."""
     url = f"sqlite:///{tmp_path / 'kvgate.db'}"
-    upgrade(url)
+    made = prepared_database(url, "shown-a", "shown-b", prices=[JAN, JUL])
     engine = make_engine(url)
-    with transaction(session_factory(engine)) as session:
-        crud.add_prices(session, prices=[JAN, JUL])
-        a, b = (crud.create_tenant(session, name=n).id for n in ("shown-a", "shown-b"))
-        issued = [crud.create_key(session, tenant_name=n) for n in ("shown-a", "shown-b")]
-    insert_records(engine, world_records(a, b))
+    insert_records(engine, world_records(made["shown-a"].id, made["shown-b"].id))
     engine.dispose()
     monkeypatch.setenv("KVGATE_SECRET", SECRET)
     monkeypatch.setenv("KVGATE_ADMIN_TOKEN", ADMIN_TOKEN)
-    hidden = [SECRET, ADMIN_TOKEN, *(k.key for k in issued), *(hash_key(k.key) for k in issued)]
-    for page in (None, "requests", "routing", "tenants", "models"):
+    keys = [tenant.key for tenant in made.values()]
+    hidden = [SECRET, ADMIN_TOKEN, *keys, *(hash_key(key) for key in keys)]
+    # What each page shows of this world in its main area (the sidebar names the tenants
+    # on every page), so that a page that failed to show its data cannot pass.
+    data = {
+        None: b"USD 0.150974155",  # the spend of both tenants
+        "requests": b"req_7",
+        "routing": b"http://r2",
+        "tenants": b"0.000974155",  # shown-a's spend
+        "models": b"1 attempts in this period had no price entry",
+    }
+    for page, marker in data.items():
         app = open_app(url, monkeypatch, page=page)
-        shown = b"".join(part for root in (app.main, app.sidebar) for part in element_bytes(root))
-        assert b"shown-a" in shown or page in ("routing", "models")  # the page has data
-        assert [h for h in hidden if h.encode() in shown] == [], page
+        main, sidebar = (b"".join(element_bytes(root)) for root in (app.main, app.sidebar))
+        assert marker in main, page
+        assert [h for h in hidden if h.encode() in main + sidebar] == [], page
 
 
 def test_nothing_stored_holds_a_key_or_the_secret(stack: Stack) -> None:

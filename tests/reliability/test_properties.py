@@ -15,6 +15,7 @@ Derandomized: the same examples on every run.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,15 +23,16 @@ from fractions import Fraction
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.api.calls import Endpoint, parse_body, parse_call
 from gateway.errors import InvalidRequest
-from gateway.serving import vllm as proxy
 from gateway.upstream.sse import EventSplitter, StreamState, inspect
 from gateway.usage import (
     Usage,
+    UsageSource,
     from_anthropic,
     from_deepseek,
     from_gemini,
@@ -178,13 +180,63 @@ values = st.recursive(
 usages = st.dictionaries(st.sampled_from(KNOWN), scalars | values, max_size=10)
 
 
+# Keys of at most four characters: no convention reads any of them.
+noise = st.dictionaries(st.text(max_size=4), values, min_size=1, max_size=3)
+
+
 @SETTINGS
-@given(usage=st.one_of(st.none(), usages))
-def test_every_normaliser_makes_a_valid_usage_of_any_json(usage: dict[str, Any] | None) -> None:
+@given(usage=st.one_of(st.none(), usages), extra=noise)
+def test_every_normaliser_reads_any_json_by_its_own_fields_alone(
+    usage: dict[str, Any] | None, extra: dict[str, Any]
+) -> None:
+    """Nothing or an empty object is missing usage; any other object is reported usage
+    (its __post_init__ checked the invariants), the same with fields no convention reads."""
     for normalise in NORMALISERS:
         result = normalise(usage)
-        assert isinstance(result, Usage)  # its __post_init__ checked the invariants
+        if not usage:
+            assert result == Usage.missing()
+            assert normalise(extra) == Usage()  # reported, and nothing in it to count
+            continue
+        assert result.source is UsageSource.REPORTED
         assert result.cache_write_1h_tokens <= result.cache_write_tokens
+        assert normalise({**extra, **usage}) == result
+
+
+garbage = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=-1),
+    st.floats(),
+    st.text(max_size=5),
+    st.lists(tokens, max_size=2),
+    st.dictionaries(st.text(max_size=3), tokens, max_size=2),
+)
+
+
+def as_count(value: Any) -> int:
+    """The wire rule: a count is a non-negative number, a float counts its whole part;
+    anything else (absent, negative, NaN, a string, a bool, a list...) counts as zero."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return max(int(value), 0)
+
+
+@SETTINGS
+@given(prompt=tokens | garbage, cached=tokens | garbage, output=tokens | garbage)
+def test_vllm_usage_counts_malformed_counts_as_zero_and_never_caches_past_the_prompt(
+    prompt: Any, cached: Any, output: Any
+) -> None:
+    usage = from_openai(
+        {
+            "prompt_tokens": prompt,
+            "completion_tokens": output,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+    )
+    read = min(as_count(cached), as_count(prompt))
+    assert usage == Usage(as_count(prompt) - read, read, 0, as_count(output))
 
 
 @SETTINGS
@@ -380,21 +432,87 @@ def test_any_bytes_are_a_json_object_or_an_invalid_request(raw: bytes) -> None:
         assert error.status in (400, 413)
 
 
+choice_values = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"index": st.integers(0, 3)},
+        optional={
+            "finish_reason": st.none() | st.sampled_from(["stop", "length", ""]) | json_values,
+            "delta": st.fixed_dictionaries({"content": st.text(max_size=8)}),
+        },
+    ),
+)
+usage_values = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "prompt_tokens": tokens | garbage,
+            "completion_tokens": tokens | garbage,
+            "prompt_tokens_details": st.fixed_dictionaries({"cached_tokens": tokens | garbage}),
+        },
+    ),
+)
+chunks = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": json_values,
+        "choices": st.lists(choice_values, max_size=3) | json_values,
+        "usage": usage_values,
+    },
+)
+
+
 @SETTINGS
-@given(data=json_values.map(orjson.dumps) | st.binary(max_size=40))
-def test_any_upstream_event_is_inspected_without_error(data: bytes) -> None:
-    """Malformed upstream chunks are passed on, never a reason to break the stream."""
+@given(chunk=chunks)
+def test_an_event_gives_its_own_usage_and_finish_reason_and_is_held_only_if_usage_only(
+    chunk: dict[str, Any],
+) -> None:
+    """What a stream's relay learns from one chunk, however malformed: the chunk's usage
+    object, the last finish reason of its choices; it is held back (to be priced) only
+    when it is usage with no choices."""
+    state = StreamState()
+    held = inspect(b"data: " + orjson.dumps(chunk) + b"\n\n", state)
+    usage = chunk.get("usage")
+    choices = chunk.get("choices")
+    choices = choices if isinstance(choices, list) else []
+    reasons = [
+        c["finish_reason"] for c in choices if isinstance(c, dict) and c.get("finish_reason")
+    ]
+    reported = usage if isinstance(usage, dict) else None
+    assert state.usage == reported
+    if reported is not None or any(isinstance(r, str) for r in reasons):
+        assert state.finish_reason == (str(reasons[-1]) if reasons else None)
+    assert held == (chunk if reported is not None and not choices else None)
+    assert not state.saw_done
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="sse.inspect looks for the text '\"usage\":{' anywhere in the chunk: a chunk "
+    "without choices whose usage object is nested deeper is held back as the usage chunk "
+    "(not passed on; re-sent with a usage of its own when the client asked for usage)",
+)
+def test_a_chunk_whose_usage_is_nested_deeper_is_passed_on_as_it_is() -> None:
+    state = StreamState()
+    chunk = b'data: {"id":"x","choices":[],"meta":{"usage":{"tokens":1}}}\n\n'
+    assert (inspect(chunk, state), state.usage) == (None, None)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=40))
+def test_an_event_that_is_not_json_teaches_the_relay_nothing_but_one_more_event(
+    data: bytes,
+) -> None:
+    """Bytes that are not a JSON chunk are passed on as they are: no usage, no finish."""
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        if data.strip() == b"[DONE]":
+            return  # the end of the stream, not a chunk
+    else:
+        return  # JSON: the property above
     for event in (b"data: " + data + b"\n\n", b'data: {"usage":{}, "choices": ' + data + b"}"):
         state = StreamState()
-        inspect(event, state)
-        assert state.usage is None or isinstance(state.usage, dict)
-
-
-@SETTINGS
-@given(answer=st.dictionaries(st.sampled_from(["choices", "usage", "id"]), json_values))
-def test_any_upstream_answer_is_read_without_error(answer: dict[str, Any]) -> None:
-    """A complete answer's usage and finish reason, however malformed its fields."""
-    read = proxy._answer(200, orjson.dumps(answer))
-    assert isinstance(read.outcome.usage, Usage)
-    reason = read.outcome.finish_reason
-    assert reason is None or isinstance(reason, str)
+        assert inspect(event, state) is None
+        assert (state.usage, state.finish_reason, state.saw_done) == (None, None, False)

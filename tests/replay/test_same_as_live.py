@@ -29,15 +29,14 @@ from gateway.tools.replay.offline import ReplayConfig, replay
 from gateway.tools.replay.trace import TraceRequest
 from gateway.tools.sim.hashing import block_hashes
 from gateway.tools.sim.timing import TimingModel
-from tests.e2e.conftest import make_tenant
+from pricing.book import load_catalog
+from tests.factories import config_file, prepared_database
 from tests.support.processes import (
     Proc,
     gateway_env,
-    kvgate,
     start_gateway,
     start_sim,
     wait_recorded,
-    write_config,
 )
 
 pytestmark = pytest.mark.e2e
@@ -99,14 +98,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Live],
     # No load readings after start: every reading would be of an idle replica anyway,
     # but one taken mid-request would count a request the replay does not see.
     env = gateway_env(database_url, tmp / "journal", KVGATE_LOAD_INTERVAL_S="3600")
-    kvgate("db", "upgrade", env=env)
-    kvgate("prices", "sync", env=env)
-    key, _ = make_tenant(env, "replayer")
+    key = prepared_database(database_url, "replayer", prices=load_catalog())["replayer"].key
     extra = (*INSTANT, "--capacity-blocks", str(CAPACITY_BLOCKS), "--block-size", str(BLOCK))
     sims: list[Proc] = [
         start_sim(tmp, extra=(*extra, "--max-num-seqs", str(MAX_NUM_SEQS))) for _ in range(3)
     ]
-    config = write_config(
+    config = config_file(
         tmp / "kvgate.yaml",
         [
             {

@@ -18,7 +18,8 @@ from gateway.routing.policy import POLICIES, Tunables
 from gateway.routing.prompts import SIM_TOKENIZER
 from gateway.routing.sim_tokenizer import SimTokenizer
 from gateway.serving.fleets import fleet_configs, prompt_tokenizer
-from tests.support.processes import kvgate, write_config
+from tests.factories import config_file
+from tests.support.processes import kvgate
 
 URLS = ("http://127.0.0.1:9001", "http://127.0.0.1:9002")
 
@@ -118,7 +119,7 @@ def test_a_token_mode_fleet_needs_its_tokenizer_handed_in() -> None:
 
 
 def test_serve_refuses_to_start_on_a_tunable_routing_does_not_know(tmp_path: Path) -> None:
-    path = write_config(
+    path = config_file(
         tmp_path / "kvgate.yaml",
         [{"name": "m", "replicas": list(URLS), "tunables": {"load_wieght": 0.5}}],
     )

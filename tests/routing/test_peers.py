@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -30,12 +31,14 @@ def route(fleet: Fleet, prompt: ChatPrompt, request_id: str) -> Route:
     return fleet.route(prompt, cache_salt="tenant", request_id=request_id, interaction_id="i")
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(200):
-        if condition():
-            return
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait for a peer's message to be applied (a deadline, not a count of naps: a busy
+    machine takes longer over each)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("peer message not applied in time")
         await asyncio.sleep(0.005)
-    raise AssertionError("peer message not applied in time")
 
 
 @pytest.fixture

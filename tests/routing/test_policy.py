@@ -163,12 +163,17 @@ def test_kv_aware_ties_go_to_fewer_in_flight_then_to_the_request_key() -> None:
         ReplicaView("b", in_flight=1),
         ReplicaView("c", in_flight=1),
     ]
-    picks = {choose("kv-aware", request(key=k), views) for k in range(50)}
-    assert picks == {1, 2}
+    picks = [choose("kv-aware", request(key=k), views) for k in range(8)]
+    assert picks == [2, 1, 1, 1, 1, 2, 2, 1]  # never a, the busier
     assert [choose("kv-aware", request(key=k), IDLE) for k in range(6)] == [0, 3, 2, 3, 3, 2]
-    assert choose("kv-aware", request(key=5), IDLE) == choose(
-        "kv-aware", request(key=5), list(IDLE)
-    )
+
+
+def test_a_tie_is_broken_by_replica_name_whatever_the_order_of_the_views() -> None:
+    """Rendezvous over (key, name): the same request picks the same replica when the fleet
+    lists its replicas in another order (another gateway, a restart)."""
+    for views in (IDLE, IDLE[::-1], IDLE[1:] + IDLE[:1]):
+        names = [views[choose("kv-aware", request(key=k), views)].name for k in range(6)]
+        assert names == ["r0", "r3", "r2", "r3", "r3", "r2"], views
 
 
 def test_least_loaded_ties_are_deterministic_and_spread() -> None:
@@ -178,10 +183,16 @@ def test_least_loaded_ties_are_deterministic_and_spread() -> None:
 
 
 def test_keys_of_any_size_are_accepted() -> None:
-    for key in (-1, 2**70, 0):
-        assert 0 <= choose("random", request(key=key), IDLE) < 4
-        assert 0 <= choose("session", request(interaction=key), IDLE) < 4
-        assert 0 <= choose("kv-aware", request(key=key), IDLE) < 4
+    """Keys are taken modulo 2**64: -1 is 2**64 - 1, and 2**70 is 0."""
+    picks = {
+        key: (
+            choose("random", request(key=key), IDLE),
+            choose("session", request(interaction=key), IDLE),
+            choose("kv-aware", request(key=key), IDLE),
+        )
+        for key in (-1, 2**64 - 1, 2**70, 0)
+    }
+    assert picks == {-1: (3, 0, 0), 2**64 - 1: (3, 0, 0), 2**70: (0, 0, 0), 0: (0, 0, 0)}
 
 
 def test_unknown_policy_and_empty_fleet_are_errors() -> None:

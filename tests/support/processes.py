@@ -1,4 +1,5 @@
-"""Real processes on loopback for tests: `kvgate sim` replicas and `kvgate serve` gateways."""
+"""Real processes on loopback for tests: `kvgate sim` replicas, the provider emulator and
+`kvgate serve` gateways (tests/support/stack.py puts them together), and plain HTTP to them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 
 def free_port() -> int:
@@ -89,9 +89,15 @@ def start_sim(
     return Proc(process, url, log)
 
 
-def write_config(path: Path, models: list[dict[str, object]]) -> Path:
-    path.write_text(yaml.safe_dump({"models": models}, sort_keys=False))
-    return path
+def start_emulator(tmp: Path, *args: str) -> Proc:
+    """tests/providers' emulator of hosted providers (``args``: its options), in a process."""
+    port = free_port()
+    log = tmp / f"emulator-{port}.log"
+    command = [sys.executable, "-m", "tests.providers.emulator", "--port", str(port), *args]
+    process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", process=process)
+    return Proc(process, url, log)
 
 
 def gateway_env(database_url: str, journal_dir: Path, **extra: str) -> dict[str, str]:
@@ -183,3 +189,21 @@ def wait_recorded(gateway_url: str, timeout_s: float = 15.0) -> None:
                 return
         time.sleep(0.05)
     raise TimeoutError(f"records of {gateway_url} not written after {timeout_s} s")
+
+
+def call(
+    url: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    method: str | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request (a POST when it has a body); (status, headers, body) whatever the
+    status."""
+    request = urllib.request.Request(
+        url, data=body, headers=headers or {}, method=method or ("GET" if body is None else "POST")
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()

@@ -5,7 +5,7 @@ the tiny local model (marker ``vllm``; ``pytest -m vllm`` runs just those).
 The gateway has two deployments over the same replicas: ``tiny`` (both, kv-aware) and
 ``tiny-solo`` (the first only, so that isolation tests know where a prompt's blocks are).
 Both hash prompts as the replicas do (the sims' tokenizer, or the tiny model's own) and
-follow the replicas' KV events. Tenants ``alpha`` and ``beta`` are made with the CLI.
+follow the replicas' KV events. Tenants ``alpha`` and ``beta`` have a key each.
 """
 
 from __future__ import annotations
@@ -22,16 +22,9 @@ from sqlalchemy import Engine, select
 
 from gateway.db.models import RequestRow
 from gateway.db.session import make_engine
-from tests.e2e.conftest import make_tenant
-from tests.support.processes import (
-    Proc,
-    free_port,
-    gateway_env,
-    kvgate,
-    start_gateway,
-    start_sim,
-    write_config,
-)
+from pricing.book import load_catalog
+from tests.factories import config_file, prepared_database
+from tests.support.processes import Proc, free_port, gateway_env, start_gateway, start_sim
 from tests.support.tiny_model import build_tiny_model
 from tests.support.vllm import (
     BLOCK_SIZE,
@@ -198,9 +191,8 @@ def stack(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         KVGATE_LOAD_INTERVAL_S="0.3",
         KVGATE_LOG_LEVEL="info",
     )
-    kvgate("db", "upgrade", env=env)
-    kvgate("prices", "sync", env=env)
-    keys = {name: make_tenant(env, name)[0] for name in ("alpha", "beta")}
+    made = prepared_database(database_url, "alpha", "beta", prices=load_catalog())
+    keys = {name: tenant.key for name, tenant in made.items()}
     replicas = backend.replicas
 
     def events(chosen: list[Replica]) -> list[dict[str, str]]:
@@ -215,7 +207,7 @@ def stack(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "tokenizer": backend.tokenizer,
         "connect_timeout_s": 2,
     }
-    config = write_config(
+    config = config_file(
         tmp / "kvgate.yaml",
         [
             {
