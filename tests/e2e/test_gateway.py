@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from datetime import UTC, date, datetime
@@ -500,6 +502,31 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
         )
         for item in lines
     ] == [(None, False, 1, None, None, None)]
+    # The CLI prints the API's bytes, unpriced lines and all.
+    for fmt in ("json", "csv"):
+        _, _, api = raw(
+            stack,
+            f"/v1/billing/statement?start={today}&end={today}&format={fmt}",
+            headers={"Authorization": f"Bearer {stack.keys['beta']}"},
+        )
+        period = ["--start", str(today), "--end", str(today), "--format", fmt]
+        printed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "billing",
+                "statement",
+                "--tenant",
+                "beta",
+                *period,
+            ],
+            env=stack.env,
+            capture_output=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        assert printed == api, fmt
 
 
 def test_wrong_method_on_an_inference_path_is_an_openai_405(stack: Stack) -> None:
