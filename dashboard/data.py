@@ -11,10 +11,11 @@ from datetime import date, datetime
 from dashboard.view import View
 from gateway import billing
 from gateway.db import crud, lookups
-from gateway.db.figures import latency, replicas, spend
+from gateway.db.figures import latency, prices, replicas, spend
 from gateway.db.figures.latency import Ttft
+from gateway.db.figures.prices import PaidRate, Unpriced
 from gateway.db.figures.replicas import Replica, ReplicaFigures
-from gateway.db.figures.spend import Figures, PaidRate, Unpriced
+from gateway.db.figures.spend import Figures
 from gateway.db.session import Session, SessionFactory
 from pricing.book import Price
 
@@ -70,8 +71,8 @@ class Models:
 def models(session: Session, view: View) -> Models:
     return Models(
         prices=crud.price_book(session).entries(),
-        paid=spend.paid_rates(session, view.scope),
-        unpriced=spend.unpriced(session, view.scope),
+        paid=prices.paid_rates(session, view.scope),
+        unpriced=prices.unpriced(session, view.scope),
     )
 
 

@@ -10,17 +10,21 @@ NANO = Decimal("0.000000001")
 MISSING = "–"
 
 
-def money(amount: Decimal | None, currency: str = "USD") -> str:
-    """'USD 1,234.50', 'USD 0.000857155': every nano-unit kept, at least cents shown."""
+def money(amount: Decimal | None, currency: str | None) -> str:
+    """'USD 1,234.50', 'USD 0.000857155': every nano-unit kept, at least cents shown.
+
+    Without a currency (nothing priced) the amount stands alone: none is assumed.
+    """
     if amount is None:
         return MISSING
     exact = amount.quantize(NANO, ROUND_HALF_EVEN)
     text = f"{exact:,f}".rstrip("0")
     whole, _, fraction = text.partition(".")
-    return f"{currency} {whole}.{fraction.ljust(2, '0')}"
+    number = f"{whole}.{fraction.ljust(2, '0')}"
+    return number if currency is None else f"{currency} {number}"
 
 
-def rate(per_million: Decimal | None, currency: str = "USD") -> str:
+def rate(per_million: Decimal | None, currency: str | None) -> str:
     """A rate per million tokens."""
     return MISSING if per_million is None else f"{money(per_million, currency)} / 1M tokens"
 

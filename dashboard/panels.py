@@ -41,16 +41,36 @@ def _points(
     ]
 
 
+def unpriced_note(totals: Figures) -> str | None:
+    """Beside spend: the attempts it leaves out because no price entry covered them."""
+    n = totals.unpriced.requests
+    if not n:
+        return None
+    return f"+ {formatting.count(n)} unpriced attempt{'s' if n != 1 else ''}, cost unknown"
+
+
+def unpriced_share_note(totals: Figures) -> str | None:
+    """Beside cost per completed interaction: the share of interactions it leaves out."""
+    if not totals.unpriced_completed_interactions:
+        return None
+    return f"{formatting.percent(totals.unpriced_interaction_share)} of interactions unpriced"
+
+
 def metrics(data: Overview) -> None:
     """The headline figures, each with a sparkline of its trend."""
     totals, trend, cur = data.totals, data.trend, data.totals.currency
     row = st.columns(4)
     row[0].metric(
         "Spend",
-        formatting.money(totals.cost_total, cur),
-        chart_data=_series(trend, lambda f: f.cost_total),
+        # Nothing priced: the spend is unknown, not 0 in an assumed currency.
+        formatting.MISSING if cur is None else formatting.money(totals.sums.cost_total, cur),
+        unpriced_note(totals),
+        delta_color="off",
+        delta_arrow="off",
+        chart_data=_series(trend, lambda f: f.sums.cost_total),
         border=True,
-        help="All cost in the period, failed and retried attempts included.",
+        help="Cost of the priced attempts in the period, failed and retried ones included; "
+        "attempts no price entry covered have no cost to add.",
     )
     row[1].metric(
         "Completed interactions",
@@ -64,9 +84,16 @@ def metrics(data: Overview) -> None:
     row[2].metric(
         "Cost per completed interaction",
         formatting.money(totals.cost_per_completed_interaction, cur),
+        unpriced_share_note(totals),
+        delta_color="off",
+        delta_arrow="off",
         chart_data=_series(trend, lambda f: f.cost_per_completed_interaction),
         border=True,
-        help="All cost / completed interactions.",
+        help="Cost of priced attempts (failed and retried ones included) / completed "
+        "interactions a priced attempt completed: "
+        f"{formatting.count(totals.priced_completed_interactions)} of "
+        f"{formatting.count(totals.completed_interactions)}. Interactions no price entry "
+        "covered are left out, not counted at 0.",
     )
     row[3].metric(
         "Failed or retried attempts",
@@ -74,8 +101,8 @@ def metrics(data: Overview) -> None:
         chart_data=_series(trend, lambda f: f.failed_cost_share),
         border=True,
         help=f"Share of spend on attempts that did not complete: "
-        f"{formatting.money(totals.cost_failed, cur)} over "
-        f"{formatting.count(totals.failed_requests)} attempts.",
+        f"{formatting.money(totals.failed.cost_total, cur)} over "
+        f"{formatting.count(totals.failed.requests)} attempts.",
     )
     row = st.columns(4)
     row[0].metric(
@@ -131,6 +158,10 @@ def metrics(data: Overview) -> None:
     row[3].metric("TTFT warm p90", formatting.millis(ttft.warm_p90_ms), border=True)
 
 
+def _in(currency: str | None) -> str:
+    return "" if currency is None else f" ({currency})"
+
+
 def trends(data: Overview, view: View) -> None:
     """The trend charts under the metrics."""
     cur, trend = data.totals.currency, data.trend
@@ -141,13 +172,13 @@ def trends(data: Overview, view: View) -> None:
                 view,
                 trend,
                 {
-                    "spend": lambda f: f.cost_total,
+                    "spend": lambda f: f.sums.cost_total,
                     "saved by cache": lambda f: f.saved,
                     "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
                 },
             ),
-            title=f"Spend and cache value per {view.bucket} ({cur})",
-            y_title=cur,
+            title=f"Spend and cache value per {view.bucket}{_in(cur)}",
+            y_title=cur or "",
             y_format=",.6f",
             hourly=view.bucket == "hour",
         ),
@@ -160,8 +191,8 @@ def trends(data: Overview, view: View) -> None:
                 trend,
                 {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
             ),
-            title=f"Cost per completed interaction ({cur})",
-            y_title=cur,
+            title=f"Cost per completed interaction{_in(cur)}",
+            y_title=cur or "",
             y_format=",.6f",
             hourly=view.bucket == "hour",
         ),

@@ -1,53 +1,124 @@
-"""Billing statements: line items by day × model × price entry × rate set, with exact totals.
+"""Billing statements: line items by day × model × price entry × rate set × usage source,
+with exact totals.
 
 The totals are sums of the line items, which are SQL sums of the stored per-request costs,
-so a statement's total is exactly the sum of its requests' costs.
+so a statement's total is exactly the sum of its requests' costs. A line's rates are those
+its costs were computed with: each request's cost per class is its tokens × the rate,
+rounded half-even to the nano-unit, so a line's cost is its tokens × its rates exactly
+whenever that product needs no more than nine decimal places per request (rates of up to
+three decimal places per million tokens), and otherwise within half a nano-unit per request.
+
+A line without a price entry says so (``priced: false``): no rates, no currency and no
+money (null in JSON, empty in CSV), never a cost of 0 in an assumed currency. The billing
+API, the admin API, the CLI and the dashboard all serve ``render``'s bytes.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from typing import Any
 
 import orjson
-from sqlalchemy.orm import Session
 
-from gateway.db import statements
+from gateway.db import statements, sums
 from gateway.db.models import TenantRow
+from gateway.db.session import Session
+from gateway.db.sums import Sums
 from gateway.errors import InvalidRequest
-from pricing.cost import ZERO
+from gateway.usage import UsageSource
+from pricing.cost import NANO
 
 MAX_DAYS = 366
-TOKEN_FIELDS = (
-    "uncached_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_1h_tokens",
-    "output_tokens",
+RATES = ("input_rate", "cache_read_rate", "cache_write_rate", "cache_write_1h_rate", "output_rate")
+CHARGES = tuple(name for name in sums.COSTS if name != "cost_uncached_equivalent")
+# The statement's columns: names are a contract, and columns added later go at the end, so
+# a CSV reader that goes by position keeps reading what it read before.
+LINE_COLUMNS = (
+    "day",
+    "model",
+    "price_id",
+    "rate_class",
+    "currency",
+    "requests",
+    "completed_interactions",
+    *sums.TOKENS,
+    *RATES,
+    *CHARGES,
+    "usage_source",
+    "priced",
+    "cost_uncached_equivalent",
 )
-COST_FIELDS = ("cost_uncached", "cost_cache_read", "cost_cache_write", "cost_output", "cost_total")
-LINE_FIELDS = tuple(f.name for f in fields(statements.LineItem))
+TOTAL_COLUMNS = (
+    "requests",
+    "completed_interactions",
+    *sums.TOKENS,
+    *CHARGES,
+    "cost_per_completed_interaction",
+    "cost_uncached_equivalent",
+    "priced_completed_interactions",
+    "unpriced_completed_interactions",
+    "unpriced_interaction_share",
+    "unpriced_requests",
+    "unpriced_tokens",
+    "estimated_requests",
+    "estimated_tokens",
+    "missing_requests",
+)
+CSV_COLUMNS = (*LINE_COLUMNS, *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS))
 
 
 @dataclass(frozen=True, slots=True)
 class Totals:
-    requests: int
-    completed_interactions: int
-    uncached_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    cache_write_1h_tokens: int
-    output_tokens: int
-    cost_uncached: Decimal
-    cost_cache_read: Decimal
-    cost_cache_write: Decimal
-    cost_output: Decimal
-    cost_total: Decimal
-    cost_per_completed_interaction: Decimal | None
+    """The statement's sums: every line, and the unpriced, estimated and missing ones.
+
+    Money sums priced lines only (an unpriced line's stored costs are 0). Cost per
+    completed interaction is the cost of priced attempts (failed and retried ones
+    included) over the completed interactions that a priced attempt completed; the
+    completed interactions no priced attempt completed are counted beside it, and are
+    ``unpriced_interaction_share`` of all completed interactions.
+    """
+
+    sums: Sums
+    unpriced: Sums
+    estimated: Sums
+    missing: Sums
+    completed: statements.Completed
+
+    @property
+    def cost_per_completed_interaction(self) -> Decimal | None:
+        """Cost of priced attempts / priced completed interactions, to the nano-unit."""
+        if not self.completed.priced:
+            return None
+        return (self.sums.cost_total / self.completed.priced).quantize(NANO)
+
+    @property
+    def unpriced_interaction_share(self) -> Decimal | None:
+        """Completed interactions no priced attempt completed / all completed ones."""
+        if not self.completed.interactions:
+            return None
+        return (Decimal(self.completed.unpriced) / self.completed.interactions).quantize(NANO)
+
+    def fields(self) -> dict[str, Any]:
+        """The totals by column name, in ``TOTAL_COLUMNS`` order."""
+        values: dict[str, Any] = {
+            **self.sums.as_dict(),
+            "completed_interactions": self.completed.interactions,
+            "cost_per_completed_interaction": self.cost_per_completed_interaction,
+            "priced_completed_interactions": self.completed.priced,
+            "unpriced_completed_interactions": self.completed.unpriced,
+            "unpriced_interaction_share": self.unpriced_interaction_share,
+            "unpriced_requests": self.unpriced.requests,
+            "unpriced_tokens": self.unpriced.tokens,
+            "estimated_requests": self.estimated.requests,
+            "estimated_tokens": self.estimated.tokens,
+            "missing_requests": self.missing.requests,
+        }
+        return {name: values[name] for name in TOTAL_COLUMNS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +127,34 @@ class Statement:
     tenant_name: str
     start: date
     end: date
-    currency: str
+    currency: str | None  # of the priced lines; None when no line is priced
     lines: list[statements.LineItem]
     totals: Totals
+
+
+def line_fields(line: statements.LineItem) -> dict[str, Any]:
+    """A line by column name, in ``LINE_COLUMNS`` order: no rates or money when unpriced."""
+    rates = line.rates
+    applied = (
+        (rates.input, rates.cache_read, rates.cache_write, rates.cache_write_1h, rates.output)
+        if rates is not None
+        else (None,) * len(RATES)
+    )
+    money = line.sums.as_dict()
+    values: dict[str, Any] = {
+        "day": line.day,
+        "model": line.model,
+        "price_id": line.price_id,
+        "rate_class": line.rate_class,
+        "currency": line.currency,
+        "completed_interactions": line.completed_interactions,
+        **money,
+        **{name: money[name] if line.priced else None for name in sums.COSTS},
+        **dict(zip(RATES, applied, strict=True)),
+        "usage_source": line.usage_source,
+        "priced": line.priced,
+    }
+    return {name: values[name] for name in LINE_COLUMNS}
 
 
 def check_period(start: date, end: date) -> None:
@@ -75,29 +171,25 @@ def build_statement(session: Session, *, tenant: TenantRow, start: date, end: da
     check_period(start, end)
     lines = statements.statement_lines(session, tenant_id=tenant.id, start=start, end=end)
     lower, upper = statements.day_bounds(start, end)
-    completed = statements.period_completed_interactions(
-        session, tenant_id=tenant.id, lower=lower, upper=upper
-    )
-    sums: dict[str, Any] = {
-        name: sum((getattr(line, name) for line in lines), ZERO) for name in COST_FIELDS
-    }
-    total: Decimal = sums["cost_total"]
-    currencies = {line.currency for line in lines} or {"USD"}
+    completed = statements.period_completed(session, tenant_id=tenant.id, lower=lower, upper=upper)
+
+    def total(wanted: Callable[[statements.LineItem], bool]) -> Sums:
+        return sum((line.sums for line in lines if wanted(line)), Sums())
+
+    currencies = {line.currency for line in lines if line.currency is not None}
     return Statement(
         tenant_id=tenant.id,
         tenant_name=tenant.name,
         start=start,
         end=end,
-        currency="/".join(sorted(currencies)),
+        currency="/".join(sorted(currencies)) or None,
         lines=lines,
         totals=Totals(
-            requests=sum(line.requests for line in lines),
-            completed_interactions=completed,
-            **{name: sum(getattr(line, name) for line in lines) for name in TOKEN_FIELDS},
-            **sums,
-            cost_per_completed_interaction=(
-                (total / completed).quantize(Decimal("0.000000001")) if completed else None
-            ),
+            sums=total(lambda _: True),
+            unpriced=total(lambda line: not line.priced),
+            estimated=total(lambda line: line.usage_source == UsageSource.ESTIMATED),
+            missing=total(lambda line: line.usage_source == UsageSource.MISSING),
+            completed=completed,
         ),
     )
 
@@ -110,31 +202,48 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _plain(value)
+
+
 def to_json(statement: Statement) -> bytes:
-    """Money as decimal strings, never floats."""
+    """Money as decimal strings, never floats; what is unknown is null."""
     document = {
         "object": "billing.statement",
         "tenant": {"id": statement.tenant_id, "name": statement.tenant_name},
         "start": statement.start.isoformat(),
         "end": statement.end.isoformat(),
         "currency": statement.currency,
-        "line_items": [{k: _plain(v) for k, v in asdict(line).items()} for line in statement.lines],
-        "totals": {k: _plain(v) for k, v in asdict(statement.totals).items()},
+        "line_items": [
+            {k: _plain(v) for k, v in line_fields(line).items()} for line in statement.lines
+        ],
+        "totals": {k: _plain(v) for k, v in statement.totals.fields().items()},
     }
     return orjson.dumps(document, option=orjson.OPT_INDENT_2)
 
 
 def to_csv(statement: Statement) -> bytes:
-    """One row per line item and a final TOTAL row."""
+    """One row per line item and a final TOTAL row; what is unknown is an empty cell.
+
+    Line rows leave the totals-only columns empty; the TOTAL row leaves the line-only ones
+    empty and carries the statement's currency.
+    """
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(LINE_FIELDS)
+    writer.writerow(CSV_COLUMNS)
     for line in statement.lines:
-        writer.writerow(["" if v is None else _plain(v) for v in asdict(line).values()])
-    totals = asdict(statement.totals)
-    writer.writerow(
-        ["TOTAL" if name == "day" else _plain(totals.get(name, "")) for name in LINE_FIELDS]
-    )
+        values = line_fields(line)
+        writer.writerow([_cell(values.get(name)) for name in CSV_COLUMNS])
+    totals = {
+        **statement.totals.fields(),
+        "day": "TOTAL",
+        "currency": statement.currency,
+    }
+    writer.writerow([_cell(totals.get(name)) for name in CSV_COLUMNS])
     return buffer.getvalue().encode()
 
 

@@ -60,14 +60,21 @@ class Cost:
         return self.uncached_equivalent - self.total
 
 
-def write_cost(usage: Tokens, rates: Rates) -> Decimal:
-    """Cache writes: 5-minute at ``cache_write``, 1-hour at ``cache_write_1h``, rounded once.
+def write_rates(rates: Rates) -> tuple[Decimal, Decimal]:
+    """The (5-minute, 1-hour) cache-write rates as applied: statements show these.
 
     A missing write rate falls back to plain input (a provider that does not bill writes
     separately charges them as prefill); a missing 1-hour rate falls back to the 5-minute one.
+    A rate of 0 is a rate: only a missing one (None) falls back.
     """
     five_minute = rates.cache_write if rates.cache_write is not None else rates.input
     one_hour = rates.cache_write_1h if rates.cache_write_1h is not None else five_minute
+    return five_minute, one_hour
+
+
+def write_cost(usage: Tokens, rates: Rates) -> Decimal:
+    """Cache writes: 5-minute and 1-hour at their ``write_rates``, rounded once."""
+    five_minute, one_hour = write_rates(rates)
     hour = usage.cache_write_1h_tokens
     exact = Decimal(usage.cache_write_tokens - hour) * five_minute + Decimal(hour) * one_hour
     return (exact / PER_MILLION).quantize(NANO, ROUND_HALF_EVEN)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from gateway.accounting.recorder import insert_records
-from gateway.accounting.records import Record
+from gateway.accounting.records import Record, Status
 from gateway.db.session import make_engine
 from gateway.usage import Usage
-from tests.factories import record
+from tests.factories import record, tenants
+from tests.factories import record as make_record
 from tests.support.processes import kvgate
 
 
@@ -143,7 +147,97 @@ def test_billing_statement_prints_an_empty_statement_with_totals(env: dict[str, 
         env=env,
     ).stdout.splitlines()
     assert out[0].startswith("day,model,price_id")
-    assert out[1].startswith("TOTAL,") and out[1].endswith(",0.000000000")
+    total = dict(zip(out[0].split(","), out[1].split(","), strict=True))
+    assert (total["day"], total["cost_total"], total["currency"]) == ("TOTAL", "0.000000000", "")
+    assert (total["cost_per_completed_interaction"], total["unpriced_requests"]) == ("", "0")
+
+
+def test_billing_statement_prints_the_apis_bytes_with_unpriced_and_estimated_lines(
+    env: dict[str, str], database_url: str
+) -> None:
+    """The CLI's statement is ``billing.render``'s bytes, which both APIs serve: unpriced
+    lines without cost, estimated usage on lines of its own, priced cost per interaction."""
+    from datetime import date
+
+    from gateway import billing
+    from gateway.db import crud
+    from gateway.db.session import session_factory
+    from gateway.usage import UsageSource
+    from pricing.book import price_from_mapping
+
+    price = price_from_mapping(
+        {
+            "model": "m",
+            "effective_from": "2026-01-01",
+            "input": "0.15",
+            "cache_read": "0.015",
+            "output": "0.45",
+        }
+    )
+    engine = make_engine(database_url)
+    sessions = session_factory(engine)
+    tenant_id = tenants(engine, "acme", prices=[price])["acme"].id
+    start = datetime(2026, 11, 2, 9, tzinfo=UTC)
+
+    def record(n: int, model: str, usage: Usage, status: Status) -> Record:
+        return make_record(
+            f"r{n}",
+            tenant_id=tenant_id,
+            interaction_id=f"i{n}",
+            model=model,
+            upstream="http://r",
+            started_at=start + timedelta(minutes=n),
+            status=status,
+            usage=usage,
+            prices=price if model == "m" else None,
+        )
+
+    estimated = Usage(50, 0, 0, 5, source=UsageSource.ESTIMATED)
+    insert_records(
+        engine,
+        [
+            record(1, "m", Usage(1000, 0, 0, 10), Status.COMPLETED),
+            record(2, "m", estimated, Status.CANCELLED),
+            record(3, "free", Usage(20, 0, 0, 2), Status.COMPLETED),
+        ],
+    )
+    with sessions() as session:
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="acme"),
+            start=date(2026, 11, 2),
+            end=date(2026, 11, 2),
+        )
+    engine.dispose()
+    for fmt in ("json", "csv"):
+        command = ["billing", "statement", "--tenant", "acme", "--start", "2026-11-02"]
+        printed = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", *command, "--end", "2026-11-02", "--format", fmt],
+            env=env,
+            capture_output=True,
+            check=True,
+            timeout=120,
+        ).stdout  # bytes, as written
+        assert printed == billing.render(statement, fmt)[0], fmt
+    document = json.loads(billing.render(statement, "json")[0])
+    assert [
+        (line["model"], line["usage_source"], line["priced"], line["cost_total"])
+        for line in document["line_items"]
+    ] == [
+        ("free", "reported", False, None),
+        # 1000 × 0.15 + 10 × 0.45 per 1M
+        ("m", "reported", True, "0.000154500"),
+        # 50 × 0.15 + 5 × 0.45 per 1M, on estimated usage
+        ("m", "estimated", True, "0.000009750"),
+    ]
+    totals = document["totals"]
+    # (0.0001545 + 0.00000975) over i1 alone: i3 completed unpriced and is counted beside it.
+    assert (
+        totals["cost_per_completed_interaction"],
+        totals["unpriced_interaction_share"],
+        totals["unpriced_requests"],
+        totals["unpriced_tokens"],
+    ) == ("0.000164250", "0.500000000", 1, 22)
 
 
 def test_help_is_everywhere() -> None:

@@ -76,11 +76,11 @@ else:
                 "currency": r.currency,
                 "list input / 1M": r.list_input_rate,
                 "paid input / 1M": r.paid_input_rate,
-                "attempts": r.requests,
-                "prompt tokens": r.prompt_tokens,
+                "attempts": r.sums.requests,
+                "prompt tokens": r.sums.prompt_tokens,
                 "token hit rate": None
-                if not r.prompt_tokens
-                else r.cache_read_tokens / r.prompt_tokens,
+                if not r.sums.prompt_tokens
+                else r.sums.cache_read_tokens / r.sums.prompt_tokens,
             }
             for r in models.paid
         ],
@@ -109,18 +109,18 @@ else:
 st.header("Unpriced requests")
 if models.unpriced:
     st.warning(
-        f"{sum(u.requests for u in models.unpriced):,} attempts in this period had no "
-        "price entry in force and cost 0 in statements: add a dated price with "
-        "`kvgate prices add`.",
+        f"{sum(u.sums.requests for u in models.unpriced):,} attempts in this period had no "
+        "price entry in force: their cost is unknown, and statements show them as unpriced "
+        "lines without cost. Add a dated price with `kvgate prices add`.",
         icon=":material/warning:",
     )
     st.dataframe(
         [
             {
                 "model": u.model,
-                "attempts": u.requests,
-                "prompt tokens": u.prompt_tokens,
-                "output tokens": u.output_tokens,
+                "attempts": u.sums.requests,
+                "prompt tokens": u.sums.prompt_tokens,
+                "output tokens": u.sums.output_tokens,
             }
             for u in models.unpriced
         ],

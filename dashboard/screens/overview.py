@@ -11,10 +11,10 @@ view = ctx.view
 st.title("Overview")
 with ctx.sessions() as session:
     overview = data.overview(session, view)
-if context.has_traffic(ctx, in_view=overview.totals.requests > 0):
+if context.has_traffic(ctx, in_view=overview.totals.sums.requests > 0):
     st.caption(
         f"{view.start} to {view.end} ({view.zone.key}), per {view.bucket}; "
-        f"{overview.totals.requests:,} attempts."
+        f"{overview.totals.sums.requests:,} attempts."
     )
     panels.metrics(overview)
     panels.trends(overview, view)

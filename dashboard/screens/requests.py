@@ -12,6 +12,13 @@ from gateway.db.lookups import RequestLine
 from pricing.cost import ZERO
 
 STATUSES = ("completed", "failed", "cancelled")
+COSTS = (
+    ("cost uncached", "cost_uncached"),
+    ("cost cache read", "cost_cache_read"),
+    ("cost cache write", "cost_cache_write"),
+    ("cost output", "cost_output"),
+    ("cost total", "cost_total"),
+)
 LIMIT = 100
 
 ctx = context.current()
@@ -35,16 +42,17 @@ def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
                 "ttft ms": None
                 if line.first_token_at is None
                 else round((line.first_token_at - line.started_at).total_seconds() * 1000, 1),
-                "uncached": line.uncached_tokens,
-                "cache read": line.cache_read_tokens,
-                "cache write": line.cache_write_tokens,
-                "output": line.output_tokens,
+                "usage": line.usage_source,
+                "uncached": line.sums.uncached_tokens,
+                "cache read": line.sums.cache_read_tokens,
+                "cache write": line.sums.cache_write_tokens,
+                "output": line.sums.output_tokens,
                 "currency": line.currency or "",
-                "cost uncached": line.cost_uncached,
-                "cost cache read": line.cost_cache_read,
-                "cost cache write": line.cost_cache_write,
-                "cost output": line.cost_output,
-                "cost total": line.cost_total,
+                # An unpriced attempt's cost is unknown: empty cells, not 0.
+                **{
+                    label: getattr(line.sums, name) if line.priced else None
+                    for label, name in COSTS
+                },
                 "price": line.price_id or "unpriced",
                 "error": line.error,
             }
@@ -113,11 +121,13 @@ if wanted:
             st.warning(f"No request or interaction {wanted!r}.")
         else:
             currencies = "/".join(sorted({line.currency for line in found if line.currency}))
-            total = sum((line.cost_total for line in found), ZERO)
+            total = sum((line.sums.cost_total for line in found), ZERO)
+            unpriced = sum(not line.priced for line in found)
             st.subheader(f"Interaction {found[0].interaction_id}")
             st.caption(
                 f"{len(found)} attempts, "
                 f"{sum(line.status == 'completed' for line in found)} completed: "
-                f"{formatting.money(total, currencies or 'USD')} in all."
+                f"{formatting.money(total, currencies or None)} in all"
+                + (f", and {unpriced} unpriced (cost unknown)." if unpriced else ".")
             )
             table(found, names, "attempts")

@@ -19,16 +19,18 @@ with ctx.sessions() as session:
 if context.has_traffic(ctx, in_view=bool(everyone.figures)):
     rows = []
     for tenant_id, f in sorted(
-        everyone.figures.items(), key=lambda item: (-item[1].cost_total, item[0])
+        everyone.figures.items(), key=lambda item: (-item[1].sums.cost_total, item[0])
     ):
         rows.append(
             {
                 "tenant": everyone.names.get(tenant_id, tenant_id),
                 "currency": f.currency,
-                "spend": f.cost_total,
+                "spend": f.sums.cost_total,
                 "completed interactions": f.completed_interactions,
                 "cost per completed interaction": f.cost_per_completed_interaction,
-                "attempts": f.requests,
+                "unpriced interactions": f.unpriced_interaction_share,
+                "attempts": f.sums.requests,
+                "unpriced attempts": f.unpriced.requests,
                 "failed or retried share": f.failed_cost_share,
                 "token hit rate": f.hit_rate,
                 "routing efficiency": f.routing_efficiency,
@@ -41,6 +43,7 @@ if context.has_traffic(ctx, in_view=bool(everyone.figures)):
         hide_index=True,
         key="tenant_table",
         column_config={
+            "unpriced interactions": st.column_config.NumberColumn(format="percent"),
             "failed or retried share": st.column_config.NumberColumn(format="percent"),
             "token hit rate": st.column_config.NumberColumn(format="percent"),
             "routing efficiency": st.column_config.NumberColumn(format="percent"),
@@ -89,7 +92,7 @@ else:
     st.subheader(f"{name}: figures")
     with ctx.sessions() as session:
         mine = data.overview(session, view.for_tenant(tenant_id))
-    if mine.totals.requests:
+    if mine.totals.sums.requests:
         panels.metrics(mine)
         panels.trends(mine, view.for_tenant(tenant_id))
     else:

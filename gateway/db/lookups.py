@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
+from gateway.db import sums
 from gateway.db.models import PriceRow, RequestRow, TenantRow, UsageHourRow
+from gateway.db.sums import Sums
 
 
 def tenant_names(session: Session) -> dict[str, str]:
@@ -36,7 +37,7 @@ def traffic_span(session: Session) -> tuple[datetime, datetime] | None:
 
 @dataclass(frozen=True, slots=True)
 class RequestLine:
-    """One attempt as the requests page lists it."""
+    """One attempt as the requests page lists it; ``sums`` are its tokens and money."""
 
     request_id: str
     tenant_id: str
@@ -50,29 +51,32 @@ class RequestLine:
     status: str
     finish_reason: str | None
     error: str | None
-    uncached_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
+    usage_source: str
     predicted_cached_tokens: int | None
     ceiling_cached_tokens: int | None
     price_id: str | None
-    cost_uncached: Decimal
-    cost_cache_read: Decimal
-    cost_cache_write: Decimal
-    cost_output: Decimal
-    cost_total: Decimal
-    cost_uncached_equivalent: Decimal
     currency: str | None  # of the price entry; None when unpriced
+    sums: Sums
+
+    @property
+    def priced(self) -> bool:
+        return self.price_id is not None
 
 
-COLUMNS = [
-    getattr(RequestRow, name) for name in RequestLine.__dataclass_fields__ if name != "currency"
-] + [PriceRow.currency]
+ATTEMPT = [
+    getattr(RequestRow, name)
+    for name in RequestLine.__dataclass_fields__
+    if name not in ("currency", "sums")
+]
+COLUMNS = [*ATTEMPT, PriceRow.currency, *sums.row_columns(RequestRow.__table__)]
 
 
 def _lines(session: Session, query: Select[Any]) -> list[RequestLine]:
-    return [RequestLine(*row) for row in session.execute(query)]
+    named = [*(column.key for column in ATTEMPT), "currency"]
+    return [
+        RequestLine(**{name: row[name] for name in named}, sums=sums.from_row(row))
+        for row in session.execute(query).mappings()
+    ]
 
 
 def recent_requests(

@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -200,6 +201,10 @@ class UsageHourRow(Base):
     cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
     # (tenant, interaction, model, hour) cells first seen completed here; see InteractionCellRow.
     completed_cells: Mapped[int] = mapped_column(BigInteger)
+    # The part of cache_write_tokens written for an hour (added by 0006).
+    cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # Cells first seen completed by a priced attempt here (a row of a priced entry).
+    priced_completed_cells: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # Requests that carry a ceiling, and their tokens, so efficiency compares like with like.
     ceiling_requests: Mapped[int] = mapped_column(BigInteger)
     ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
@@ -263,6 +268,7 @@ class InteractionCellRow(Base):
 
     Completed interactions of any period = the cells in it (summed from usage_hours) minus
     the repeats of interactions with several cells there, which only ``spans`` cells can be.
+    Priced completed interactions are counted the same way, over the ``priced`` cells.
     """
 
     __tablename__ = "interaction_cells"
@@ -280,3 +286,5 @@ class InteractionCellRow(Base):
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
     spans: Mapped[bool] = mapped_column(Boolean, default=False)
+    # A priced attempt completed the interaction in this cell (added by 0006).
+    priced: Mapped[bool] = mapped_column(Boolean, server_default=false())

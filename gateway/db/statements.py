@@ -1,7 +1,8 @@
-"""Aggregates shared by the billing API, the CLI and the dashboard.
+"""Statement queries: a tenant's line items and a period's completed interactions.
 
-Everything sums in SQL (exact: see ``Money``), so the statement a tenant downloads and the
-figures the dashboard shows come from the same query and cannot disagree.
+Everything sums in SQL (exact: see ``Money``) with the expressions of ``gateway.db.sums``,
+the same the dashboard's figures use, so the statement a tenant downloads and the figures
+the dashboard shows cannot disagree.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ from decimal import Decimal
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
+from gateway.db import sums
 from gateway.db.crud import price_from_row
 from gateway.db.models import PriceRow, RequestRow, TenantRow
+from gateway.db.sums import Sums
 from pricing.book import STANDARD, Price, Rates
-from pricing.cost import NANO, ZERO
+from pricing.cost import NANO, write_rates
 
 COMPLETED = "completed"
+REQUESTS = RequestRow.__table__
+# The order of a day's lines of one rate set (``gateway.usage.UsageSource``'s values).
+SOURCES = ("reported", "estimated", "missing")
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -38,130 +44,122 @@ def _day(session: Session) -> ColumnElement[str]:
 
 def completed_interactions() -> ColumnElement[int]:
     """Distinct interactions with a completed attempt (interaction ids are per tenant)."""
-    key = RequestRow.tenant_id + ":" + RequestRow.interaction_id
-    return func.count(func.distinct(case((RequestRow.status == COMPLETED, key))))
+    return func.count(func.distinct(case((RequestRow.status == COMPLETED, _interaction()))))
+
+
+def priced_completed_interactions() -> ColumnElement[int]:
+    """Distinct interactions with a completed attempt that a price entry covered."""
+    priced = (RequestRow.status == COMPLETED) & RequestRow.price_id.is_not(None)
+    return func.count(func.distinct(case((priced, _interaction()))))
+
+
+def _interaction() -> ColumnElement[str]:
+    return RequestRow.tenant_id + ":" + RequestRow.interaction_id
 
 
 @dataclass(frozen=True, slots=True)
 class LineItem:
-    """Requests of one day × model × price entry × rate set (standard, long_context, a tier).
+    """Requests of one day × model × price entry × rate set × usage source.
 
-    The rates are those the line's costs were computed with; ``cost_cache_write`` covers
-    both 5-minute and 1-hour writes (``cache_write_1h_tokens`` of them at the 1-hour rate).
+    The rate set is standard, long_context or a tier; the usage source says whether the
+    tokens were reported by the upstream, estimated by kvgate (failed and cancelled streams),
+    or missing (no usage at all: zero tokens, zero cost, still attempts). ``rates`` are
+    exactly those the line's costs were computed with, write rates resolved as
+    ``pricing.cost.write_rates`` applies them; ``cost_cache_write`` covers both 5-minute
+    and 1-hour writes (``cache_write_1h_tokens`` of them at the 1-hour rate). A line
+    without a price entry has no rates, no currency and no cost (its stored costs are 0).
     """
 
     day: str
     model: str
     price_id: str | None
     rate_class: str | None
-    currency: str
-    requests: int
+    usage_source: str
+    currency: str | None
     completed_interactions: int
-    uncached_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    cache_write_1h_tokens: int
-    output_tokens: int
-    input_rate: Decimal | None
-    cache_read_rate: Decimal | None
-    cache_write_rate: Decimal | None
-    cache_write_1h_rate: Decimal | None
-    output_rate: Decimal | None
-    cost_uncached: Decimal
-    cost_cache_read: Decimal
-    cost_cache_write: Decimal
-    cost_output: Decimal
-    cost_total: Decimal
+    sums: Sums
+    rates: Rates | None
+
+    @property
+    def priced(self) -> bool:
+        return self.price_id is not None
 
 
 def statement_lines(session: Session, *, tenant_id: str, start: date, end: date) -> list[LineItem]:
     """A tenant's line items for the UTC days start..end (both included)."""
     lower, upper = day_bounds(start, end)
     day = _day(session).label("day")
+    key = (day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
+    source = RequestRow.usage_source
     query = (
         select(
-            day,
-            RequestRow.model,
-            RequestRow.price_id,
-            RequestRow.rate_class,
-            func.count(),
-            completed_interactions(),
-            func.sum(RequestRow.uncached_tokens),
-            func.sum(RequestRow.cache_read_tokens),
-            func.sum(RequestRow.cache_write_tokens),
-            func.sum(RequestRow.cache_write_1h_tokens),
-            func.sum(RequestRow.output_tokens),
-            func.sum(RequestRow.cost_uncached),
-            func.sum(RequestRow.cost_cache_read),
-            func.sum(RequestRow.cost_cache_write),
-            func.sum(RequestRow.cost_output),
-            func.sum(RequestRow.cost_total),
+            *key,
+            source.label("usage_source"),
+            completed_interactions().label("completed_interactions"),
+            *sums.columns(REQUESTS),
         )
         .where(
             RequestRow.tenant_id == tenant_id,
             RequestRow.started_at >= lower,
             RequestRow.started_at < upper,
         )
-        .group_by(day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
-        .order_by(day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
+        .group_by(*key, source)
     )
-    rows = session.execute(query).all()
-    prices = prices_by_id(session, {row[2] for row in rows if row[2] is not None})
+    rows = session.execute(query).mappings().all()
+    prices = prices_by_id(session, {row["price_id"] for row in rows if row["price_id"] is not None})
     lines = []
     for row in rows:
-        price = prices.get(row[2]) if row[2] is not None else None
-        rates = _as_stored(price.rates_named(row[3] or STANDARD)) if price is not None else None
+        price = prices.get(row["price_id"]) if row["price_id"] is not None else None
         lines.append(
             LineItem(
-                day=row[0],
-                model=row[1],
-                price_id=row[2],
-                rate_class=row[3],
-                currency=price.currency if price is not None else "USD",
-                requests=row[4],
-                completed_interactions=row[5],
-                uncached_tokens=int(row[6]),
-                cache_read_tokens=int(row[7]),
-                cache_write_tokens=int(row[8]),
-                cache_write_1h_tokens=int(row[9]),
-                output_tokens=int(row[10]),
-                input_rate=rates.input if rates else None,
-                cache_read_rate=rates.cache_read if rates else None,
-                cache_write_rate=_or_input(rates.cache_write, rates) if rates else None,
-                cache_write_1h_rate=(
-                    _or_input(rates.cache_write_1h or rates.cache_write, rates) if rates else None
+                day=row["day"],
+                model=row["model"],
+                price_id=row["price_id"],
+                rate_class=row["rate_class"],
+                usage_source=row["usage_source"],
+                currency=price.currency if price is not None else None,
+                completed_interactions=row["completed_interactions"],
+                sums=sums.from_row(row),
+                rates=(
+                    applied_rates(price.rates_named(row["rate_class"] or STANDARD))
+                    if price is not None
+                    else None
                 ),
-                output_rate=rates.output if rates else None,
-                cost_uncached=row[11] or ZERO,
-                cost_cache_read=row[12] or ZERO,
-                cost_cache_write=row[13] or ZERO,
-                cost_output=row[14] or ZERO,
-                cost_total=row[15] or ZERO,
             )
         )
+    # Sorted here, not in SQL: the databases order NULLs differently.
+    lines.sort(
+        key=lambda line: (
+            line.day,
+            line.model,
+            line.price_id or "",
+            line.rate_class or "",
+            SOURCES.index(line.usage_source) if line.usage_source in SOURCES else len(SOURCES),
+            line.usage_source,
+        )
+    )
     return lines
 
 
-def _as_stored(rates: Rates) -> Rates:
-    """Every rate at the scale of the stored base rates (tier rates are kept as JSON text)."""
-    scaled = {
-        name: None if value is None else value.quantize(NANO)
-        for name, value in (
-            ("cache_write", rates.cache_write),
-            ("cache_write_1h", rates.cache_write_1h),
-        )
-    }
+def applied_rates(rates: Rates) -> Rates:
+    """The rates as ``pricing.cost`` applies them (write rates resolved), at the stored scale.
+
+    Base rates are stored at nine decimal places; long-context and tier rates are kept as
+    exact text, shown at nine places too unless that would round them.
+    """
+    five_minute, one_hour = write_rates(rates)
     return Rates(
-        input=rates.input.quantize(NANO),
-        cache_read=rates.cache_read.quantize(NANO),
-        output=rates.output.quantize(NANO),
-        **scaled,
+        input=_shown(rates.input),
+        cache_read=_shown(rates.cache_read),
+        output=_shown(rates.output),
+        cache_write=_shown(five_minute),
+        cache_write_1h=_shown(one_hour),
     )
 
 
-def _or_input(rate: Decimal | None, rates: Rates) -> Decimal:
-    """A write rate as applied: an entry without one bills writes as input (pricing.cost)."""
-    return rate if rate is not None else rates.input
+def _shown(rate: Decimal) -> Decimal:
+    scaled = rate.quantize(NANO)
+    return scaled if scaled == rate else rate
 
 
 def prices_by_id(session: Session, ids: set[str]) -> dict[str, Price]:
@@ -172,16 +170,34 @@ def prices_by_id(session: Session, ids: set[str]) -> dict[str, Price]:
     return {row.id: price_from_row(row) for row in rows}
 
 
-def period_completed_interactions(
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A period's completed interactions, and those of them a priced attempt completed.
+
+    An interaction counts as priced when at least one of its completed attempts in the
+    period was covered by a price entry: cost per completed interaction divides the cost of
+    priced attempts by these.
+    """
+
+    interactions: int = 0
+    priced: int = 0
+
+    @property
+    def unpriced(self) -> int:
+        return self.interactions - self.priced
+
+
+def period_completed(
     session: Session, *, tenant_id: str | None, lower: datetime, upper: datetime
-) -> int:
+) -> Completed:
     """Completed interactions in a period, counted once even across days and models."""
-    query = select(completed_interactions()).where(
+    query = select(completed_interactions(), priced_completed_interactions()).where(
         RequestRow.started_at >= lower, RequestRow.started_at < upper
     )
     if tenant_id is not None:
         query = query.where(RequestRow.tenant_id == tenant_id)
-    return int(session.scalar(query) or 0)
+    completed, priced = session.execute(query).one()
+    return Completed(int(completed or 0), int(priced or 0))
 
 
 def tenant_by_id(session: Session, tenant_id: str) -> TenantRow | None:

@@ -55,7 +55,7 @@ class Seeded:
 
 def amount(value: Decimal) -> str:
     """A money figure as the dashboard writes it, less the currency."""
-    return formatting.money(value).removeprefix("USD ")
+    return formatting.money(value, None)
 
 
 def seed(url: str) -> tuple[str, dict[str, str]]:

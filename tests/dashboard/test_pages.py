@@ -34,6 +34,11 @@ def metrics(app: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in app.metric}
 
 
+def deltas(app: AppTest) -> dict[str, str]:
+    """The note under each metric that has one."""
+    return {m.label: m.proto.delta for m in app.metric if m.proto.delta}
+
+
 def nodes(node: Any) -> Iterator[Any]:
     yield node
     for child in getattr(node, "children", {}).values():
@@ -70,6 +75,10 @@ def expected(records: list[Record]) -> dict[str, str]:
     equivalent = sum((r.cost.uncached_equivalent for r in records), D(0))
     failed = sum((r.cost.total for r in records if r.status != "completed"), D(0))
     completed = len({(r.tenant_id, r.interaction_id) for r in records if r.status == "completed"})
+    # Cost per completed interaction is over interactions a priced attempt completed.
+    priced = len(
+        {(r.tenant_id, r.interaction_id) for r in records if r.status == "completed" and r.priced}
+    )
     prompt = sum(r.usage.prompt_tokens for r in records)
     read = sum(r.usage.cache_read_tokens for r in records)
     routed = [r for r in records if r.ceiling_cached_tokens is not None]
@@ -80,17 +89,17 @@ def expected(records: list[Record]) -> dict[str, str]:
         missed = max(r.ceiling_cached_tokens - r.usage.cache_read_tokens, 0)
         avoidable += missed * (price.input - price.cache_read) / PER_MILLION
     return {
-        "Spend": formatting.money(total),
+        "Spend": formatting.money(total, "USD"),
         "Completed interactions": f"{completed:,}",
-        "Cost per completed interaction": formatting.money((total / completed).quantize(NANO)),
+        "Cost per completed interaction": formatting.money((total / priced).quantize(NANO), "USD"),
         "Failed or retried attempts": formatting.percent(failed / total),
         "Token hit rate": formatting.percent(D(read) / prompt),
         "Routing efficiency": formatting.percent(
             D(sum(r.usage.cache_read_tokens for r in routed))
             / sum(r.ceiling_cached_tokens or 0 for r in routed)
         ),
-        "Saved by the cache": formatting.money(equivalent - total),
-        "Lost to avoidable misses": formatting.money(avoidable),
+        "Saved by the cache": formatting.money(equivalent - total, "USD"),
+        "Lost to avoidable misses": formatting.money(avoidable, "USD"),
     }
 
 
@@ -120,6 +129,36 @@ def test_overview_figures_equal_those_computed_from_the_records(
     )
 
 
+def test_unpriced_attempts_are_left_out_of_cost_per_interaction_and_said_beside_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """i5 (an unpriced model) is 1 of 5 completed interactions: the cost of the priced
+    attempts is divided by the other 4, and the share left out is shown with it."""
+    app = open_app(world.url, monkeypatch)
+    priced_cost = sum((r.cost.total for r in world.records if r.priced), D(0))
+    assert metrics(app)["Cost per completed interaction"] == formatting.money(
+        (priced_cost / 4).quantize(NANO), "USD"
+    )
+    assert deltas(app) == {
+        "Spend": "+ 1 unpriced attempt, cost unknown",
+        "Cost per completed interaction": "20.0 % of interactions unpriced",
+    }
+
+
+def test_only_unpriced_traffic_shows_no_spend_and_no_currency(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch)
+    app.multiselect(key="models").set_value(["unpriced"]).run()
+    shown = metrics(app)
+    assert shown["Spend"] == shown["Cost per completed interaction"] == formatting.MISSING
+    assert deltas(app)["Cost per completed interaction"] == "100.0 % of interactions unpriced"
+    assert not [value for value in shown.values() if "USD" in value]
+    titles = [json.loads(chart.proto.spec).get("title") for chart in charts(app)]
+    assert "Cost per completed interaction" in titles
+    assert not [title for title in titles if "USD" in str(title)]
+
+
 def test_overview_filters_by_tenant_and_model(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,7 +179,7 @@ def test_overview_reads_days_in_the_viewers_zone(
         world.url, monkeypatch, zone="Asia/Tokyo", start=date(2026, 7, 1), end=date(2026, 7, 1)
     )
     assert metrics(app)["Spend"] == formatting.money(
-        sum((r.cost.total for r in world.records[2:]), D(0))
+        sum((r.cost.total for r in world.records[2:]), D(0)), "USD"
     )
 
 
@@ -198,7 +237,10 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
     spend = sum((r.cost.total for r in acme), D(0))
     assert table["acme"]["spend"] == spend == D("0.000974155")
     assert table["acme"]["completed interactions"] == 4
-    assert table["acme"]["cost per completed interaction"] == (spend / 4).quantize(NANO)
+    # Over the 3 a priced attempt completed: i5 (an unpriced model) is 1 of 4 left out.
+    assert table["acme"]["cost per completed interaction"] == (spend / 3).quantize(NANO)
+    assert table["acme"]["unpriced interactions"] == D("0.25")
+    assert table["acme"]["unpriced attempts"] == 1
     assert table["bravo"]["spend"] == D("0.150000000")
     assert list(table) == ["bravo", "acme"]  # biggest spender first
     app.selectbox(key="tenant").set_value(world.a).run()
@@ -211,10 +253,13 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
         )
     assert download(app, media, "statement_csv") == billing.render(statement, "csv")[0]
     assert download(app, media, "statement_json") == billing.render(statement, "json")[0]
-    assert metrics(app)["Completed interactions"] == str(statement.totals.completed_interactions)
+    assert metrics(app)["Completed interactions"] == str(statement.totals.completed.interactions)
     assert metrics(app)["Cost per completed interaction"] == formatting.money(
-        statement.totals.cost_per_completed_interaction
+        statement.totals.cost_per_completed_interaction, statement.currency
     )
+    # The unpriced share beside it is the statement's: i5 of acme's 4 interactions.
+    assert statement.totals.unpriced_interaction_share == D("0.25")
+    assert deltas(app)["Cost per completed interaction"] == "25.0 % of interactions unpriced"
 
 
 def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
@@ -301,7 +346,7 @@ def test_requests_page_lists_filters_and_looks_up_every_attempt(
         ("req_7", 1, "completed"),
     ]
     conversation = world.records[2:4] + world.records[6:7]
-    assert formatting.money(sum((r.cost.total for r in conversation), D(0))) in texts(
+    assert formatting.money(sum((r.cost.total for r in conversation), D(0)), "USD") in texts(
         app, "caption"
     )
     app.text_input(key="lookup").set_value("conv").run()

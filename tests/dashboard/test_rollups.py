@@ -20,8 +20,9 @@ from sqlalchemy import (
     text,
 )
 
+from gateway.accounting.records import Record, Status
 from gateway.accounting.store import insert_records, record_row
-from gateway.db import statements
+from gateway.db import crud, statements, sums
 from gateway.db.figures import spend
 from gateway.db.figures.spend import Scope
 from gateway.db.migrate import downgrade, upgrade
@@ -33,8 +34,11 @@ from gateway.db.models import (
     TtftHourRow,
     UsageHourRow,
 )
-from gateway.db.session import make_engine, normalise_url
+from gateway.db.session import make_engine, normalise_url, session_factory, transaction
 from gateway.db.writer import rollups
+from gateway.usage import Usage
+from pricing.book import PriceBook, price_from_mapping
+from pricing.cost import NANO, Cost, compute
 from tests.dashboard.conftest import World, at, world_records
 
 ROLLUPS = (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow)
@@ -53,7 +57,7 @@ def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def test_rollup_sums_equal_the_requests_sums(world: World) -> None:
-    columns = [*rollups.TOKEN_COLUMNS, *rollups.COST_COLUMNS]
+    columns = [*sums.TOKENS, *sums.COSTS]
     with world.sessions() as session:
         raw = session.execute(
             select(func.count(), *[func.sum(getattr(RequestRow, c)) for c in columns])
@@ -102,11 +106,14 @@ def test_completed_interactions_equal_billings_for_every_period(world: World) ->
             lower, upper = statements.day_bounds(start, end)
             figures = spend.by_tenant(session, Scope(lower, upper))
             for tenant in (world.a, world.b):
-                expected = statements.period_completed_interactions(
+                expected = statements.period_completed(
                     session, tenant_id=tenant, lower=lower, upper=upper
                 )
-                got = figures[tenant].completed_interactions if tenant in figures else 0
-                assert got == expected, (start, end, tenant)
+                got = figures.get(tenant, spend.Figures())
+                assert (got.completed_interactions, got.priced_completed_interactions) == (
+                    expected.interactions,
+                    expected.priced,
+                ), (start, end, tenant)
         everyone = spend.totals(session, Scope(*statements.day_bounds(days[0], days[1])))
         only_m = spend.totals(session, replace(EVERYTHING, models=("m",)))
     assert everyone.completed_interactions == len(
@@ -173,6 +180,145 @@ def test_migrating_a_database_with_requests_builds_the_same_rollups(
     with check.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM requests")).scalar() == 7
     check.dispose()
+
+
+LATE = price_from_mapping(
+    {
+        "model": "late",
+        "effective_from": "2026-08-01T10:30:00Z",
+        "input": "1",
+        "cache_read": "0.1",
+        "cache_write": "1.25",
+        "cache_write_1h": "2",
+        "output": "2",
+    }
+)
+
+
+def late_batches(tenant: str) -> list[list[Record]]:
+    """Interactions whose completing attempts are priced, unpriced or both, in batches.
+
+    x completes unpriced at 10:10 (before the price), then priced at 10:50: the same cell,
+    a later batch. y fails priced and completes on a model without a price. z completes
+    priced in two hours. w completes unpriced only.
+    """
+    book = PriceBook([LATE])
+
+    def attempt(name: str, minute: int, model: str = "late", failed: bool = False) -> Record:
+        started = datetime(2026, 8, 1, 10, tzinfo=UTC) + timedelta(minutes=minute)
+        usage = Usage(100 + minute, 10, 20, 5, cache_write_1h_tokens=minute % 20)
+        price = book.price_for(model, at=started)
+        return Record(
+            request_id=f"{name}@{minute}",
+            tenant_id=tenant,
+            api_key_id="key",
+            interaction_id=name,
+            model=model,
+            deployment=model,
+            upstream="provider/late",
+            started_at=started,
+            ended_at=started + timedelta(seconds=1),
+            status=Status.FAILED if failed else Status.COMPLETED,
+            usage=usage,
+            price_id=price.id if price else None,
+            cost=compute(usage, price) if price else Cost(),
+        )
+
+    return [
+        [attempt("x", 10), attempt("w", 12)],
+        [attempt("x", 50), attempt("y", 40, failed=True), attempt("y", 41, model="none")],
+        [attempt("z", 45), attempt("z", 65)],
+    ]
+
+
+def test_priced_completed_interactions_equal_billings_however_batches_fall(
+    database_url: str,
+) -> None:
+    """Figures from the rollups count the interactions a priced attempt completed exactly
+    as statements do (x, z: 2 of 4), per period and per hour, and a rebuild agrees."""
+    engine = make_engine(database_url)
+    sessions = session_factory(engine)
+    with transaction(sessions) as session:
+        crud.add_prices(session, prices=[LATE])
+        tenant = crud.create_tenant(session, name="late").id
+    batches = late_batches(tenant)
+    for batch in batches:
+        insert_records(engine, batch)
+    records = [r for batch in batches for r in batch]
+    day = Scope(datetime(2026, 8, 1, tzinfo=UTC), datetime(2026, 8, 2, tzinfo=UTC))
+    edges = [datetime(2026, 8, 1, hour, tzinfo=UTC) for hour in (10, 11, 12)]
+    with sessions() as session:
+        figures = spend.totals(session, day)
+        billed = statements.period_completed(
+            session, tenant_id=tenant, lower=day.lower, upper=day.upper
+        )
+        hours = [
+            (f.completed_interactions, f.priced_completed_interactions)
+            for _, f in spend.trend(session, day, edges)
+        ]
+    assert (billed.interactions, billed.priced) == (4, 2)
+    assert (figures.completed_interactions, figures.priced_completed_interactions) == (4, 2)
+    assert hours == [(4, 2), (1, 1)]  # x w y z | z
+    priced_cost = sum((r.cost.total for r in records if r.priced), Decimal(0))
+    assert figures.sums.cost_total == priced_cost  # y's failed priced attempt included
+    assert figures.cost_per_completed_interaction == (priced_cost / 2).quantize(NANO)
+    assert figures.unpriced_interaction_share == Decimal("0.5")
+    # x@10, w@12 and y@41: 135 + minute tokens each
+    assert (figures.unpriced.requests, figures.unpriced.tokens) == (3, 145 + 147 + 176)
+    assert figures.sums.cache_write_1h_tokens == sum(r.usage.cache_write_1h_tokens for r in records)
+    incremental = snapshot(engine)
+    with engine.begin() as connection:
+        assert rollups.rebuild(connection) == len(records)
+    assert snapshot(engine) == incremental
+    engine.dispose()
+
+
+def test_cells_priced_after_an_unpriced_completion_are_counted_in_every_chunk(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five interactions completed unpriced, then priced in the same hour by a later
+    batch: all five become priced, updated two cells at a time."""
+    monkeypatch.setattr(rollups, "CELLS_PER_UPDATE", 2)
+    engine = make_engine(database_url)
+    with transaction(session_factory(engine)) as session:
+        crud.add_prices(session, prices=[LATE])
+    first, later = late_batches("t")[:2]
+    x_unpriced, x_priced = first[0], later[0]
+    for when in (x_unpriced, x_priced):
+        insert_records(
+            engine,
+            [
+                replace(when, request_id=f"{n}{when.request_id}", interaction_id=f"x{n}")
+                for n in range(5)
+            ],
+        )
+    with session_factory(engine)() as session:
+        figures = spend.totals(session, EVERYTHING)
+    assert (figures.completed_interactions, figures.priced_completed_interactions) == (5, 5)
+    engine.dispose()
+
+
+def test_migrating_to_priced_cells_rebuilds_the_rollups_the_recorder_builds(
+    empty_database_url: str,
+) -> None:
+    """Requests recorded at 0004: after the upgrade, rollups equal the recorder's."""
+    records = [r for batch in late_batches("ten") for r in batch]
+    upgrade(empty_database_url, "0004")
+    old = create_engine(normalise_url(empty_database_url))
+    with old.begin() as connection:
+        connection.execute(insert(RequestRow.__table__), [record_row(r) for r in records])
+    old.dispose()
+    upgrade(empty_database_url)
+    engine = make_engine(empty_database_url)
+    migrated = snapshot(engine)
+    assert sum(row[-1] for row in migrated["interaction_cells"]) == 3  # x, z, z priced
+    with engine.begin() as connection:
+        for model in (*ROLLUPS, RequestRow):
+            connection.execute(model.__table__.delete())
+    for batch in late_batches("ten"):
+        insert_records(engine, batch)
+    assert snapshot(engine) == migrated
+    engine.dispose()
 
 
 @pytest.mark.parametrize(

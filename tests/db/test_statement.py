@@ -1,5 +1,7 @@
 """Statements: line items per day × model × price entry; totals are exact sums."""
 
+import csv
+import io
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
@@ -10,7 +12,7 @@ from gateway import billing
 from gateway.accounting.recorder import insert_records
 from gateway.accounting.records import Record, Status
 from gateway.db import crud
-from gateway.db.session import make_engine, session_factory
+from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import InvalidRequest
 from gateway.usage import Usage
 from tests.factories import JAN, JUL, price, tenants
@@ -74,12 +76,12 @@ def test_lines_group_by_day_model_and_price_with_exact_sums(world) -> None:  # t
             item.day,
             item.model,
             item.price_id,
-            item.requests,
+            item.sums.requests,
             item.completed_interactions,
-            item.uncached_tokens,
-            item.cache_read_tokens,
-            item.output_tokens,
-            item.cost_total,
+            item.sums.uncached_tokens,
+            item.sums.cache_read_tokens,
+            item.sums.output_tokens,
+            item.sums.cost_total,
         )
         for item in statement.lines
     ]
@@ -91,13 +93,20 @@ def test_lines_group_by_day_model_and_price_with_exact_sums(world) -> None:  # t
         ("2026-07-01", "unpriced", None, 1, 1, 7, 0, 1, D("0E-9")),
     ]
     own = [r for r in records if r.tenant_id == a]
-    assert statement.totals.cost_total == sum((r.cost.total for r in own), D(0))
-    assert statement.totals.cost_total == D("0.000857155")
-    assert statement.totals.requests == 5
-    assert statement.totals.completed_interactions == 4
-    assert statement.totals.cost_per_completed_interaction == D("0.000214289")  # 0.00021428875
-    assert statement.lines[0].input_rate == D("0.200000000")
-    assert statement.lines[2].input_rate is None
+    totals = statement.totals
+    assert totals.sums.cost_total == sum((r.cost.total for r in own), D(0))
+    assert totals.sums.cost_total == D("0.000857155")
+    assert totals.sums.requests == 5
+    assert (totals.completed.interactions, totals.completed.priced) == (4, 3)
+    # Over the 3 interactions a priced attempt completed (i1, i2, conv), not 4: i5 has no
+    # price, so its cost is unknown rather than 0. 0.000857155 / 3 = 0.000285718333…
+    assert totals.cost_per_completed_interaction == D("0.000285718")
+    assert totals.unpriced_interaction_share == D("0.25")
+    assert (totals.unpriced.requests, totals.unpriced.tokens) == (1, 8)
+    assert statement.lines[0].rates is not None
+    assert statement.lines[0].rates.input == D("0.200000000")
+    assert statement.lines[2].rates is None and not statement.lines[2].priced
+    assert statement.currency == "USD"
 
 
 def test_a_statement_holds_nothing_of_another_tenant(world) -> None:  # type: ignore[no-untyped-def]
@@ -108,9 +117,10 @@ def test_a_statement_holds_nothing_of_another_tenant(world) -> None:  # type: ig
             session, tenant=tenant, start=date(2026, 1, 1), end=date(2026, 12, 31)
         )
     assert tenant.id == b_id and statement.tenant_id == b_id
-    assert [(item.requests, item.uncached_tokens, item.cost_total) for item in statement.lines] == [
-        (1, 10**6, D("0.150000000"))
-    ]
+    assert [
+        (item.sums.requests, item.sums.uncached_tokens, item.sums.cost_total)
+        for item in statement.lines
+    ] == [(1, 10**6, D("0.150000000"))]
 
 
 def test_days_outside_the_period_are_left_out(world) -> None:  # type: ignore[no-untyped-def]
@@ -123,7 +133,7 @@ def test_days_outside_the_period_are_left_out(world) -> None:  # type: ignore[no
             end=date(2026, 7, 1),
         )
     assert {item.day for item in statement.lines} == {"2026-07-01"}
-    assert statement.totals.requests == 3
+    assert statement.totals.sums.requests == 3
 
 
 def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  # type: ignore[no-untyped-def]
@@ -138,17 +148,130 @@ def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  
     document = orjson.loads(billing.to_json(statement))
     assert document["totals"]["cost_total"] == "0.000857155"
     assert document["line_items"][0]["cost_total"] == "0.000346000"
-    assert document["line_items"][2]["cost_total"] == "0.000000000"
     assert document["line_items"][0]["input_rate"] == "0.200000000"
     rows = billing.to_csv(statement).decode().splitlines()
-    assert rows[0] == (
+    # The columns a statement always had, in their places; new ones only after them.
+    assert rows[0].startswith(
         "day,model,price_id,rate_class,currency,requests,completed_interactions,"
         "uncached_tokens,cache_read_tokens,cache_write_tokens,cache_write_1h_tokens,"
         "output_tokens,input_rate,cache_read_rate,cache_write_rate,cache_write_1h_rate,"
-        "output_rate,cost_uncached,cost_cache_read,cost_cache_write,cost_output,cost_total"
+        "output_rate,cost_uncached,cost_cache_read,cost_cache_write,cost_output,cost_total,"
     )
+    assert rows[0].split(",")[22:] == [
+        "usage_source",
+        "priced",
+        "cost_uncached_equivalent",
+        "cost_per_completed_interaction",
+        "priced_completed_interactions",
+        "unpriced_completed_interactions",
+        "unpriced_interaction_share",
+        "unpriced_requests",
+        "unpriced_tokens",
+        "estimated_requests",
+        "estimated_tokens",
+        "missing_requests",
+    ]
     assert rows[-1].split(",")[0] == "TOTAL"
-    assert rows[-1].split(",")[-1] == "0.000857155"
+    assert rows[-1].split(",")[21] == "0.000857155"
+
+
+def test_unpriced_lines_say_so_with_no_cost_and_no_currency(world) -> None:  # type: ignore[no-untyped-def]
+    """A model without a price: priced false, money and rates null in JSON and empty in
+    CSV, no currency; totals count it apart, and cost per completed interaction is over
+    the priced interactions with the unpriced share beside it."""
+    sessions, *_ = world
+    with sessions() as session:
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="a"),
+            start=date(2026, 6, 30),
+            end=date(2026, 7, 1),
+        )
+    document = orjson.loads(billing.to_json(statement))
+    priced, _, unpriced = document["line_items"]
+    assert (priced["priced"], priced["currency"], priced["cost_total"]) == (
+        True,
+        "USD",
+        "0.000346000",
+    )
+    assert {k: unpriced[k] for k in ("model", "priced", "currency", "requests")} == {
+        "model": "unpriced",
+        "priced": False,
+        "currency": None,
+        "requests": 1,
+    }
+    unknown = [*billing.RATES, *billing.CHARGES, "cost_uncached_equivalent"]
+    assert {k: unpriced[k] for k in unknown} == dict.fromkeys(unknown)
+    assert (unpriced["uncached_tokens"], unpriced["output_tokens"]) == (7, 1)
+    assert document["currency"] == "USD"
+    totals = document["totals"]
+    assert tuple(totals) == billing.TOTAL_COLUMNS
+    assert {k: totals[k] for k in billing.TOTAL_COLUMNS[-10:]} == {
+        # (2000 × 0.20 + 150 × 0.60) + (1110 × 0.15 + 999 × 0.45) per 1M, priced lines only
+        "cost_uncached_equivalent": "0.001106050",
+        "priced_completed_interactions": 3,
+        "unpriced_completed_interactions": 1,
+        "unpriced_interaction_share": "0.250000000",
+        "unpriced_requests": 1,
+        "unpriced_tokens": 8,
+        "estimated_requests": 0,
+        "estimated_tokens": 0,
+        "missing_requests": 0,
+        "cost_per_completed_interaction": "0.000285718",
+    }
+    rows = list(csv.DictReader(io.StringIO(billing.to_csv(statement).decode())))
+    assert [row["priced"] for row in rows] == ["true", "true", "false", ""]
+    assert {rows[2][k] for k in ("currency", *unknown)} == {""}
+    total = rows[-1]
+    assert {
+        k: total[k]
+        for k in (
+            "day",
+            "currency",
+            "cost_total",
+            "cost_per_completed_interaction",
+            "unpriced_requests",
+            "unpriced_tokens",
+            "unpriced_interaction_share",
+        )
+    } == {
+        "day": "TOTAL",
+        "currency": "USD",
+        "cost_total": "0.000857155",
+        "cost_per_completed_interaction": "0.000285718",
+        "unpriced_requests": "1",
+        "unpriced_tokens": "8",
+        "unpriced_interaction_share": "0.250000000",
+    }
+
+
+def test_a_statement_with_nothing_priced_assumes_no_currency(database_url: str) -> None:
+    engine = make_engine(database_url)
+    sessions = session_factory(engine)
+    with transaction(sessions) as session:
+        tenant = crud.create_tenant(session, name="u").id
+    started = datetime(2026, 7, 1, 9, tzinfo=UTC)
+    insert_records(engine, [record(1, tenant, started, Usage(5, 0, 0, 2), model="unpriced")])
+    with sessions() as session:
+        statement = billing.build_statement(
+            session,
+            tenant=crud.get_tenant(session, name="u"),
+            start=date(2026, 7, 1),
+            end=date(2026, 7, 1),
+        )
+    engine.dispose()
+    document = orjson.loads(billing.to_json(statement))
+    assert document["currency"] is None
+    totals = document["totals"]
+    assert (totals["cost_total"], totals["cost_per_completed_interaction"]) == (
+        "0.000000000",
+        None,
+    )
+    assert (totals["unpriced_requests"], totals["unpriced_interaction_share"]) == (
+        1,
+        "1.000000000",
+    )
+    assert "USD" not in billing.to_csv(statement).decode()
 
 
 def test_statement_periods_are_checked(world) -> None:  # type: ignore[no-untyped-def]
@@ -181,7 +304,7 @@ def test_many_small_costs_sum_exactly(database_url: str) -> None:
             end=date(2026, 8, 1),
         )
     engine.dispose()
-    assert statement.totals.cost_total == sum((r.cost.total for r in records), D(0))
+    assert statement.totals.sums.cost_total == sum((r.cost.total for r in records), D(0))
 
 
 TIERED = price(
@@ -239,20 +362,22 @@ def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str)
             end=date(2026, 3, 1),
         )
     engine.dispose()
-    lines = [
-        (
-            item.rate_class,
-            item.cache_write_tokens,
-            item.cache_write_1h_tokens,
-            item.input_rate,
-            item.cache_read_rate,
-            item.cache_write_rate,
-            item.cache_write_1h_rate,
-            item.output_rate,
-            item.cost_total,
+    lines = []
+    for item in statement.lines:
+        assert item.rates is not None
+        lines.append(
+            (
+                item.rate_class,
+                item.sums.cache_write_tokens,
+                item.sums.cache_write_1h_tokens,
+                item.rates.input,
+                item.rates.cache_read,
+                item.rates.cache_write,
+                item.rates.cache_write_1h,
+                item.rates.output,
+                item.sums.cost_total,
+            )
         )
-        for item in statement.lines
-    ]
     assert lines == [
         # 150000 × 6 + 60000 × 0.60 + 10 × 22.50 (per 1M) = 0.9 + 0.036 + 0.000225
         ("long_context", 0, 0, D(6), D("0.6"), D("7.5"), D(12), D("22.5"), D("0.936225")),
@@ -261,5 +386,5 @@ def test_lines_show_the_rate_set_each_request_was_priced_with(database_url: str)
         # 1000 × 3 + 2000 × 0.30 + (400 × 3.75 + 100 × 6) + 100 × 15 = 3 + 0.6 + 2.1 + 1.5 (µ$)
         ("standard", 500, 100, D(3), D("0.3"), D("3.75"), D(6), D(15), D("0.0072")),
     ]
-    assert statement.totals.cache_write_1h_tokens == 300
-    assert statement.totals.cost_total == D("0.949925")
+    assert statement.totals.sums.cache_write_1h_tokens == 300
+    assert statement.totals.sums.cost_total == D("0.949925")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -397,7 +399,11 @@ def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
         headers={"Authorization": f"Bearer {key}"},
     )
     assert status == 200 and headers["content-type"].startswith("text/csv")
-    assert body.decode().splitlines()[-1].endswith("," + totals["cost_total"])
+    header, *_, total = body.decode().splitlines()
+    assert (
+        dict(zip(header.split(","), total.split(","), strict=True))["cost_total"]
+        == (totals["cost_total"])
+    )
     # The admin endpoint returns the same bytes for the same tenant and period.
     status, _, admin_body = raw(
         stack,
@@ -471,10 +477,43 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
         headers={"Authorization": f"Bearer {stack.keys['beta']}"},
     )
     lines = [item for item in json.loads(statement)["line_items"] if item["model"] == UNPRICED]
+    # Said unpriced, with no cost and no currency: never 0 in an assumed one.
     assert [
-        (item["price_id"], item["requests"], item["cost_total"], item["input_rate"])
+        (
+            item["price_id"],
+            item["priced"],
+            item["requests"],
+            item["cost_total"],
+            item["currency"],
+            item["input_rate"],
+        )
         for item in lines
-    ] == [(None, 1, "0.000000000", None)]
+    ] == [(None, False, 1, None, None, None)]
+    # The CLI prints the API's bytes, unpriced lines and all.
+    for fmt in ("json", "csv"):
+        _, _, api = raw(
+            stack,
+            f"/v1/billing/statement?start={today}&end={today}&format={fmt}",
+            headers={"Authorization": f"Bearer {stack.keys['beta']}"},
+        )
+        period = ["--start", str(today), "--end", str(today), "--format", fmt]
+        printed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "billing",
+                "statement",
+                "--tenant",
+                "beta",
+                *period,
+            ],
+            env=stack.env,
+            capture_output=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        assert printed == api, fmt
 
 
 def test_wrong_method_on_an_inference_path_is_an_openai_405(stack: Stack) -> None:

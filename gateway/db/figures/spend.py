@@ -6,7 +6,11 @@ those exact Decimals and integers, and divides only for ratios shown to people.
 
 Completed interactions are distinct, so they do not simply add up: the rollups count
 (tenant, interaction, model, hour) cells, and the cells of interactions that completed in
-more than one cell (flagged ``spans``) are fetched to subtract the repeats.
+more than one cell (flagged ``spans``) are fetched to subtract the repeats. Interactions a
+priced attempt completed are counted the same way over the cells flagged ``priced``: cost
+per completed interaction divides by those (as statements do, ``gateway.billing``).
+
+Every figure of tokens and money is a ``gateway.db.sums.Sums``, summed by its expressions.
 """
 
 from __future__ import annotations
@@ -14,15 +18,17 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
+from gateway.db import sums
 from gateway.db.models import InteractionCellRow, PriceRow, UsageHourRow
+from gateway.db.sums import Sums
 from gateway.db.writer.rollups import COMPLETED, UNPRICED
 from pricing.cost import NANO, PER_MILLION, ZERO
 
@@ -69,23 +75,19 @@ def ratio(part: int | Decimal, whole: int | Decimal) -> Decimal | None:
 
 @dataclass(frozen=True, slots=True)
 class Figures:
-    """Everything the overview shows for one scope (or one tenant, or one time bucket)."""
+    """Everything the overview shows for one scope (or one tenant, or one time bucket).
 
-    requests: int = 0
-    failed_requests: int = 0
-    uncached_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    cost_uncached: Decimal = ZERO
-    cost_cache_read: Decimal = ZERO
-    cost_cache_write: Decimal = ZERO
-    cost_output: Decimal = ZERO
-    cost_total: Decimal = ZERO
-    cost_uncached_equivalent: Decimal = ZERO
-    # Cost of attempts that did not complete (failed, cancelled): retried or lost.
-    cost_failed: Decimal = ZERO
+    ``sums`` covers every attempt; ``unpriced`` the attempts no price entry covered (their
+    stored cost is 0, so money sums are of priced attempts); ``failed`` the attempts that
+    did not complete (failed, cancelled: retried or lost).
+    """
+
+    sums: Sums = field(default_factory=Sums)
+    unpriced: Sums = field(default_factory=Sums)
+    failed: Sums = field(default_factory=Sums)
     completed_interactions: int = 0
+    # Completed interactions a priced attempt completed (``gateway.billing.Totals``).
+    priced_completed_interactions: int = 0
     ceiling_requests: int = 0
     ceiling_prompt_tokens: int = 0
     ceiling_cache_read_tokens: int = 0
@@ -93,16 +95,16 @@ class Figures:
     avoidable_miss_tokens: int = 0
     # Avoidable miss tokens x (input - cache-read rate) of their price entry; exact.
     avoidable_miss_cost: Decimal = ZERO
-    currency: str = "USD"
+    currency: str | None = None  # of the priced attempts; None when none was priced
 
     @property
     def prompt_tokens(self) -> int:
-        return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return self.sums.prompt_tokens
 
     @property
     def hit_rate(self) -> Decimal | None:
         """Token hit rate: cache_read / prompt tokens."""
-        return ratio(self.cache_read_tokens, self.prompt_tokens)
+        return ratio(self.sums.cache_read_tokens, self.sums.prompt_tokens)
 
     @property
     def ceiling_rate(self) -> Decimal | None:
@@ -117,33 +119,34 @@ class Figures:
     @property
     def saved(self) -> Decimal:
         """What the cache saved: uncached equivalent minus actual."""
-        return self.cost_uncached_equivalent - self.cost_total
+        return self.sums.cost_uncached_equivalent - self.sums.cost_total
+
+    @property
+    def unpriced_completed_interactions(self) -> int:
+        return self.completed_interactions - self.priced_completed_interactions
 
     @property
     def cost_per_completed_interaction(self) -> Decimal | None:
-        """All cost / completed interactions, to the nano-unit as in billing statements."""
-        if not self.completed_interactions:
+        """Cost of priced attempts / completed interactions a priced attempt completed, to
+        the nano-unit as in billing statements."""
+        if not self.priced_completed_interactions:
             return None
-        return (self.cost_total / self.completed_interactions).quantize(NANO)
+        return (self.sums.cost_total / self.priced_completed_interactions).quantize(NANO)
+
+    @property
+    def unpriced_interaction_share(self) -> Decimal | None:
+        """Completed interactions no priced attempt completed / all completed ones."""
+        return ratio(self.unpriced_completed_interactions, self.completed_interactions)
 
     @property
     def failed_cost_share(self) -> Decimal | None:
-        return ratio(self.cost_failed, self.cost_total)
+        return ratio(self.failed.cost_total, self.sums.cost_total)
 
 
-SUMMED = (
-    "requests",
-    "uncached_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "cost_uncached",
-    "cost_cache_read",
-    "cost_cache_write",
-    "cost_output",
-    "cost_total",
-    "cost_uncached_equivalent",
+# Rollup columns summed beside the Sums: figures of their own.
+EXTRA = (
     "completed_cells",
+    "priced_completed_cells",
     "ceiling_requests",
     "ceiling_prompt_tokens",
     "ceiling_cache_read_tokens",
@@ -181,67 +184,102 @@ def _fold(
             *keys,
             USAGE.c.price_id,
             USAGE.c.status,
-            *[func.sum(USAGE.c[name]).label(name) for name in SUMMED],
+            *sums.columns(USAGE),
+            *[func.sum(USAGE.c[name]).label(name) for name in EXTRA],
         )
         .where(*scope.where(USAGE))
         .group_by(*keys, USAGE.c.price_id, USAGE.c.status)
     )
     rows = session.execute(query).mappings().all()
     rates = _rates(session, {row["price_id"] for row in rows})
-    sums: dict[K, dict[str, Any]] = {}
+    into: dict[K, dict[str, Any]] = {}
     currencies: dict[K, set[str]] = defaultdict(set)
     for row in rows:
         target = group(row[key.name] if key is not None else None)
         if target is None:
             continue
-        into = sums.get(target)
-        if into is None:
-            into = sums[target] = {
-                name: ZERO if name.startswith("cost") else 0
-                for name in (*SUMMED, "failed_requests", "cost_failed", "avoidable_miss_cost")
+        values = into.get(target)
+        if values is None:
+            values = into[target] = {
+                "sums": Sums(),
+                "unpriced": Sums(),
+                "failed": Sums(),
+                "avoidable_miss_cost": ZERO,
+                **dict.fromkeys(EXTRA, 0),
             }
-        for name in SUMMED:
-            if row[name] is not None:
-                into[name] += row[name]
+        found = sums.from_row(row)
+        values["sums"] += found
+        if row["price_id"] == UNPRICED:
+            values["unpriced"] += found
         if row["status"] != COMPLETED:
-            into["failed_requests"] += row["requests"]
-            into["cost_failed"] += row["cost_total"]
+            values["failed"] += found
+        for name in EXTRA:
+            values[name] += int(row[name] or 0)
         price = rates.get(row["price_id"])
         if price is not None:
             currencies[target].add(price.currency)
-            into["avoidable_miss_cost"] += (
-                row["avoidable_miss_tokens"] * (price.input - price.cache_read) / PER_MILLION
+            values["avoidable_miss_cost"] += (
+                int(row["avoidable_miss_tokens"] or 0)
+                * (price.input - price.cache_read)
+                / PER_MILLION
             )
     repeats = _repeats(session, scope, key, group)
-    names = {f.name for f in fields(Figures)}
     return {
         target: Figures(
-            **{name: value for name, value in values.items() if name in names},
-            completed_interactions=values["completed_cells"] - repeats.get(target, 0),
-            currency="/".join(sorted(currencies[target])) or "USD",
+            sums=values["sums"],
+            unpriced=values["unpriced"],
+            failed=values["failed"],
+            completed_interactions=values["completed_cells"] - repeats[target].cells,
+            priced_completed_interactions=(
+                values["priced_completed_cells"] - repeats[target].priced
+            ),
+            ceiling_requests=values["ceiling_requests"],
+            ceiling_prompt_tokens=values["ceiling_prompt_tokens"],
+            ceiling_cache_read_tokens=values["ceiling_cache_read_tokens"],
+            ceiling_cached_tokens=values["ceiling_cached_tokens"],
+            avoidable_miss_tokens=values["avoidable_miss_tokens"],
+            avoidable_miss_cost=values["avoidable_miss_cost"],
+            currency="/".join(sorted(currencies[target])) or None,
         )
-        for target, values in sums.items()
+        for target, values in into.items()
     }
+
+
+@dataclass(slots=True)
+class Repeats:
+    """Cells beyond the first of interactions with several in a group: all, and priced."""
+
+    cells: int = 0
+    priced: int = 0
 
 
 def _repeats(
     session: Session, scope: Scope, key: ColumnElement[Any] | None, group: Callable[[Any], K | None]
-) -> dict[K, int]:
+) -> defaultdict[K, Repeats]:
     """Per group: cells beyond the first of each interaction that has several there."""
     cell_key = [CELLS.c[key.name]] if key is not None else []
     query = (
-        select(*cell_key, CELLS.c.tenant_id, CELLS.c.interaction_id, func.count())
+        select(
+            *cell_key,
+            CELLS.c.tenant_id,
+            CELLS.c.interaction_id,
+            func.count(),
+            func.sum(case((CELLS.c.priced, 1), else_=0)),
+        )
         .where(CELLS.c.spans, *scope.where(CELLS))
         .group_by(*cell_key, CELLS.c.tenant_id, CELLS.c.interaction_id)
     )
-    per_interaction: dict[tuple[K, str, str], int] = defaultdict(int)
+    per_interaction: dict[tuple[K, str, str], list[int]] = defaultdict(lambda: [0, 0])
     for row in session.execute(query):
         target = group(row[0] if key is not None else None)
         if target is not None:
-            per_interaction[(target, row[-3], row[-2])] += row[-1]
-    repeats: dict[K, int] = defaultdict(int)
-    for (target, _tenant, _interaction), cells in per_interaction.items():
-        repeats[target] += cells - 1
+            counts = per_interaction[(target, row[-4], row[-3])]
+            counts[0] += row[-2]
+            counts[1] += int(row[-1] or 0)
+    repeats: defaultdict[K, Repeats] = defaultdict(Repeats)
+    for (target, _tenant, _interaction), (cells, priced) in per_interaction.items():
+        repeats[target].cells += cells - 1
+        repeats[target].priced += max(priced - 1, 0)
     return repeats
 
 
@@ -274,107 +312,6 @@ def trend(
     """
     folded = _fold(session, scope, USAGE.c.hour, bucketer(edges))
     return [(start, folded.get(start, Figures())) for start in edges[:-1]]
-
-
-@dataclass(frozen=True, slots=True)
-class PaidRate:
-    """Blended input rate actually paid under one price entry, against its list input rate."""
-
-    model: str
-    price_id: str
-    effective_from: datetime
-    currency: str
-    list_input_rate: Decimal
-    list_cache_read_rate: Decimal
-    requests: int
-    prompt_tokens: int
-    cache_read_tokens: int
-    input_cost: Decimal
-
-    @property
-    def paid_input_rate(self) -> Decimal | None:
-        """Input cost (uncached + cache read + cache write) per million prompt tokens."""
-        if not self.prompt_tokens:
-            return None
-        return self.input_cost * PER_MILLION / self.prompt_tokens
-
-
-def paid_rates(session: Session, scope: Scope) -> list[PaidRate]:
-    """Per priced model x price entry in the scope, ordered by model and date."""
-    query = (
-        select(
-            PriceRow.model,
-            PriceRow.id,
-            PriceRow.effective_from,
-            PriceRow.currency,
-            PriceRow.input,
-            PriceRow.cache_read,
-            func.sum(USAGE.c.requests),
-            func.sum(
-                USAGE.c.uncached_tokens + USAGE.c.cache_read_tokens + USAGE.c.cache_write_tokens
-            ),
-            func.sum(USAGE.c.cache_read_tokens),
-            func.sum(USAGE.c.cost_uncached),
-            func.sum(USAGE.c.cost_cache_read),
-            func.sum(USAGE.c.cost_cache_write),
-        )
-        .join(PriceRow, PriceRow.id == USAGE.c.price_id)
-        .where(*scope.where(USAGE))
-        .group_by(
-            PriceRow.model,
-            PriceRow.id,
-            PriceRow.effective_from,
-            PriceRow.currency,
-            PriceRow.input,
-            PriceRow.cache_read,
-        )
-        .order_by(PriceRow.model, PriceRow.effective_from)
-    )
-    rates = []
-    for row in session.execute(query):
-        model, price_id, since, currency, rate_in, rate_read, n, prompt, read = row[:9]
-        uncached, cache_read, cache_write = row[9:]
-        rates.append(
-            PaidRate(
-                model=model,
-                price_id=price_id,
-                effective_from=since,
-                currency=currency,
-                list_input_rate=rate_in,
-                list_cache_read_rate=rate_read,
-                requests=int(n),
-                prompt_tokens=int(prompt),
-                cache_read_tokens=int(read),
-                input_cost=(uncached or ZERO) + (cache_read or ZERO) + (cache_write or ZERO),
-            )
-        )
-    return rates
-
-
-@dataclass(frozen=True, slots=True)
-class Unpriced:
-    model: str
-    requests: int
-    prompt_tokens: int
-    output_tokens: int
-
-
-def unpriced(session: Session, scope: Scope) -> list[Unpriced]:
-    """Requests in the scope that no price entry covered (they cost 0 in statements)."""
-    query = (
-        select(
-            USAGE.c.model,
-            func.sum(USAGE.c.requests),
-            func.sum(
-                USAGE.c.uncached_tokens + USAGE.c.cache_read_tokens + USAGE.c.cache_write_tokens
-            ),
-            func.sum(USAGE.c.output_tokens),
-        )
-        .where(USAGE.c.price_id == UNPRICED, *scope.where(USAGE))
-        .group_by(USAGE.c.model)
-        .order_by(USAGE.c.model)
-    )
-    return [Unpriced(m, int(n), int(p), int(o)) for m, n, p, o in session.execute(query)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ never counts twice and rollups and requests commit or roll back together.
                  ├──▶ replica_hours      load and cache figures per hour x model x replica
                  ├──▶ ttft_hours         log-bucket TTFT histogram per hour x tenant x model
                  └──▶ interaction_cells  (tenant, interaction, model, hour) with a completion,
-                      interactions       so distinct completed interactions stay exact
+                      interactions       so distinct completed interactions stay exact (and
+                                         those a priced attempt completed: ``priced`` cells)
 
 Sums are exact: tokens are integers and money is ``Money`` (integer nano-units on SQLite).
 """
@@ -22,8 +23,19 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, select, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Table,
+    bindparam,
+    inspect,
+    literal,
+    select,
+    tuple_,
+    update,
+)
 
+from gateway.db import sums
 from gateway.db.models import (
     InteractionCellRow,
     InteractionRow,
@@ -39,15 +51,6 @@ UNPRICED = ""  # price_id of unpriced requests in rollup keys (key columns canno
 BUCKETS_PER_DOUBLING = 8
 LOWEST_BUCKET = -80  # 2**-10 ms: anything faster is "instant"
 HIGHEST_BUCKET = 160  # 2**20 ms, about 17 minutes
-COST_COLUMNS = (
-    "cost_uncached",
-    "cost_cache_read",
-    "cost_cache_write",
-    "cost_output",
-    "cost_total",
-    "cost_uncached_equivalent",
-)
-TOKEN_COLUMNS = ("uncached_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 READ_COLUMNS = (
     "request_id",
     "tenant_id",
@@ -57,11 +60,11 @@ READ_COLUMNS = (
     "started_at",
     "first_token_at",
     "status",
-    *TOKEN_COLUMNS,
+    *sums.TOKENS,
     "predicted_cached_tokens",
     "ceiling_cached_tokens",
     "price_id",
-    *COST_COLUMNS,
+    *sums.COSTS,
 )
 
 Row = Mapping[str, Any]
@@ -95,9 +98,10 @@ def _usage_delta(row: Row) -> dict[str, Any]:
     has_ceiling = ceiling is not None
     return {
         "requests": 1,
-        **{name: row[name] for name in TOKEN_COLUMNS},
-        **{name: Decimal(row[name]) for name in COST_COLUMNS},
+        **{name: row[name] for name in sums.TOKENS},
+        **{name: Decimal(row[name]) for name in sums.COSTS},
         "completed_cells": 0,
+        "priced_completed_cells": 0,
         "ceiling_requests": int(has_ceiling),
         "ceiling_prompt_tokens": _prompt(row) if has_ceiling else 0,
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if has_ceiling else 0,
@@ -135,14 +139,23 @@ def _accumulate(
             current[name] += value
 
 
-def add(connection: Connection, rows: Sequence[Row]) -> None:
-    """Fold newly inserted request rows (``record_row`` dicts) into every rollup."""
+Cell = tuple[str, str, str, datetime]  # (tenant, interaction, model, hour)
+Columns = Mapping[str, set[str]]  # table name → the columns it has at this revision
+CELLS_PER_UPDATE = 1000  # 4 parameters each: well inside SQLite's 32,766
+
+
+def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None = None) -> None:
+    """Fold newly inserted request rows (``record_row`` dicts) into every rollup.
+
+    ``present`` (migrations only) limits the writes to the columns the tables have then.
+    """
     if not rows:
         return
     usage: dict[tuple[Any, ...], dict[str, Any]] = {}
     replicas: dict[tuple[Any, ...], dict[str, Any]] = {}
     ttft: dict[tuple[Any, ...], dict[str, Any]] = {}
-    cells: dict[tuple[str, str, str, datetime], tuple[Any, ...]] = {}
+    cells: dict[Cell, tuple[Any, ...]] = {}
+    priced: dict[Cell, tuple[Any, ...]] = {}
     for row in rows:
         hour = hour_of(row["started_at"])
         usage_key = (
@@ -161,22 +174,44 @@ def add(connection: Connection, rows: Sequence[Row]) -> None:
         if row["status"] == COMPLETED:
             cell = (row["tenant_id"], row["interaction_id"], row["model"], hour)
             cells.setdefault(cell, usage_key)
-    for cell in _new_cells(connection, cells):
+            if row["price_id"] is not None:
+                priced.setdefault(cell, usage_key)
+    cell_columns = None if present is None else present[InteractionCellRow.__tablename__]
+    new_cells, newly_priced = _new_cells(connection, cells, priced, cell_columns)
+    for cell in new_cells:
         usage[cells[cell]]["completed_cells"] += 1
-    _upsert(connection, UsageHourRow.__table__, usage)  # type: ignore[arg-type]
-    _upsert(connection, ReplicaHourRow.__table__, replicas)  # type: ignore[arg-type]
-    _upsert(connection, TtftHourRow.__table__, ttft)  # type: ignore[arg-type]
+    for cell in newly_priced:
+        usage[priced[cell]]["priced_completed_cells"] += 1
+    for table, deltas in (
+        (UsageHourRow.__table__, usage),
+        (ReplicaHourRow.__table__, replicas),
+        (TtftHourRow.__table__, ttft),
+    ):
+        columns = None if present is None else present[table.name]  # type: ignore[attr-defined]
+        _upsert(connection, table, deltas, columns)  # type: ignore[arg-type]
 
 
 def _new_cells(
-    connection: Connection, cells: Mapping[tuple[str, str, str, datetime], Any]
-) -> list[tuple[str, str, str, datetime]]:
-    """Insert the cells; return those that were new, and flag interactions now in several."""
+    connection: Connection,
+    cells: Mapping[Cell, Any],
+    priced: Mapping[Cell, Any],
+    columns: set[str] | None,
+) -> tuple[list[Cell], list[Cell]]:
+    """Insert the cells and flag interactions now in several; return the cells that were
+    new, and the cells a priced attempt completed for the first time."""
     if not cells:
-        return []
+        return [], []
     table: Table = InteractionCellRow.__table__  # type: ignore[assignment]
+    keeps_priced = columns is None or "priced" in columns
     params = [
-        {"tenant_id": t, "interaction_id": i, "model": m, "hour": h, "spans": False}
+        {
+            "tenant_id": t,
+            "interaction_id": i,
+            "model": m,
+            "hour": h,
+            "spans": False,
+            **({"priced": (t, i, m, h) in priced} if keeps_priced else {}),
+        }
         for t, i, m, h in sorted(cells)
     ]
     created = bulk.insert_rows(
@@ -187,11 +222,39 @@ def _new_cells(
         returning=["tenant_id", "interaction_id", "model", "hour"],
     )
     new = [(t, i, m, hour_of(h)) for t, i, m, h in created]
+    newly_priced = [cell for cell in new if cell in priced] if keeps_priced else []
+    if keeps_priced:
+        newly_priced += _price_cells(connection, table, sorted(set(priced) - set(new)))
+    _flag_spans(connection, table, new)
+    return new, newly_priced
+
+
+def _price_cells(connection: Connection, table: Table, cells: Sequence[Cell]) -> list[Cell]:
+    """Mark existing cells priced; return those that were not yet (a priced attempt
+    completing an interaction an unpriced one had already completed in that cell)."""
+    key = tuple_(table.c.tenant_id, table.c.interaction_id, table.c.model, table.c.hour)
+    priced: list[Cell] = []
+    for start in range(0, len(cells), CELLS_PER_UPDATE):
+        # Of two writers pricing one cell at once the second waits for the first's row
+        # lock, then finds it priced: a cell is counted priced once.
+        result = connection.execute(
+            update(table)
+            .where(key.in_(cells[start : start + CELLS_PER_UPDATE]), table.c.priced.is_(False))
+            .values(priced=True)
+            .returning(table.c.tenant_id, table.c.interaction_id, table.c.model, table.c.hour)
+            .execution_options(synchronize_session=False)
+        )
+        priced += [(t, i, m, hour_of(h)) for t, i, m, h in result]
+    return priced
+
+
+def _flag_spans(connection: Connection, table: Table, new: Sequence[Cell]) -> None:
+    """Count the new cells per interaction; flag every cell of interactions now in several."""
     per_interaction: dict[tuple[str, str], int] = defaultdict(int)
     for tenant, interaction, _model, _hour in new:
         per_interaction[(tenant, interaction)] += 1
     if not per_interaction:
-        return new
+        return
     # The upsert takes the interaction's row lock, so of two writers adding cells to one
     # interaction at once the second sees the first's count: "spans" is never missed.
     counts = bulk.insert_rows(
@@ -218,11 +281,13 @@ def _new_cells(
             .execution_options(synchronize_session=False),
             sorted(spanning, key=lambda p: (p["t"], p["i"])),
         )
-    return new
 
 
 def _upsert(
-    connection: Connection, table: Table, deltas: Mapping[tuple[Any, ...], Mapping[str, Any]]
+    connection: Connection,
+    table: Table,
+    deltas: Mapping[tuple[Any, ...], Mapping[str, Any]],
+    columns: set[str] | None = None,
 ) -> None:
     """Add the deltas to their rows, creating rows that do not exist yet."""
     if not deltas:
@@ -232,20 +297,39 @@ def _upsert(
     rows = [
         {**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())
     ]
+    if columns is not None:
+        rows = [{name: value for name, value in row.items() if name in columns} for row in rows]
     bulk.insert_rows(
         connection, table, rows, conflict=keys, add=[name for name in rows[0] if name not in keys]
     )
 
 
 def rebuild(connection: Connection, batch_size: int = 5000) -> int:
-    """Recompute every rollup from the requests table; returns the requests folded in."""
+    """Recompute every rollup from the requests table; returns the requests folded in.
+
+    Migrations call this at their own revision, so it reads and writes only the columns
+    the tables have then (a request column added later reads as 0); each migration that
+    adds a rollup column rebuilds again.
+    """
+    present = {
+        name: {column["name"] for column in inspect(connection).get_columns(name)}
+        for name in (
+            RequestRow.__tablename__,
+            UsageHourRow.__tablename__,
+            ReplicaHourRow.__tablename__,
+            TtftHourRow.__tablename__,
+            InteractionCellRow.__tablename__,
+        )
+    }
     for model in (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow):
         connection.execute(model.__table__.delete())  # type: ignore[attr-defined]
     requests = RequestRow.__table__
     order = (requests.c.started_at, requests.c.request_id)
-    # Only the columns rollups read, all there since 0001: migration 0002 runs this on
-    # databases that lack the requests columns later migrations add.
-    columns = [requests.c[name] for name in READ_COLUMNS]
+    stored = present[RequestRow.__tablename__]
+    columns = [
+        requests.c[name] if name in stored else literal(0, Integer).label(name)
+        for name in READ_COLUMNS
+    ]
     folded, after = 0, None
     while True:
         # Keyset pages: no cursor stays open while the same connection writes.
@@ -255,6 +339,6 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
         batch = connection.execute(query).mappings().all()
         if not batch:
             return folded
-        add(connection, cast(Sequence[Row], batch))
+        add(connection, cast(Sequence[Row], batch), present=present)
         folded += len(batch)
         after = (batch[-1]["started_at"], batch[-1]["request_id"])
