@@ -60,6 +60,7 @@ class Ledger:
         service_tier: str | None = None,
         predicted_cached_tokens: int | None = None,
         ceiling_cached_tokens: int | None = None,
+        ceiling_exact: bool | None = None,
     ) -> Record:
         """One attempt, priced with the entry in force at its start."""
         price = self.price_for(bills_as, at=started_at)
@@ -86,6 +87,7 @@ class Ledger:
             error=error,
             predicted_cached_tokens=predicted_cached_tokens,
             ceiling_cached_tokens=ceiling_cached_tokens,
+            ceiling_exact=ceiling_exact,
             extra={"service_tier": service_tier} if service_tier else {},
         )
 

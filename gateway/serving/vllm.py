@@ -181,6 +181,7 @@ class Proxy:
             error=error,
             predicted_cached_tokens=predicted,
             ceiling_cached_tokens=ceiling,
+            ceiling_exact=None if ceiling is None else attempt.route.prompt.exact,
         )
 
     async def _fail(self, ctx: Context, attempt: Attempt, error: KvgateError) -> None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, select, tuple_, update
+from sqlalchemy import Connection, Table, bindparam, inspect, select, tuple_, update
 
 from gateway.db.models import (
     InteractionCellRow,
@@ -60,6 +60,7 @@ READ_COLUMNS = (
     *TOKEN_COLUMNS,
     "predicted_cached_tokens",
     "ceiling_cached_tokens",
+    "ceiling_exact",
     "price_id",
     *COST_COLUMNS,
 )
@@ -90,6 +91,12 @@ def _prompt(row: Row) -> int:
     return int(row["uncached_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"])
 
 
+def _exact(row: Row) -> int:
+    """1 for a request whose ceiling was counted in the replica's tokens; NULL (no ceiling,
+    or recorded before kvgate kept it, or a database not yet migrated) counts as not exact."""
+    return int(row["ceiling_cached_tokens"] is not None and bool(row.get("ceiling_exact")))
+
+
 def _usage_delta(row: Row) -> dict[str, Any]:
     ceiling = row["ceiling_cached_tokens"]
     has_ceiling = ceiling is not None
@@ -102,6 +109,7 @@ def _usage_delta(row: Row) -> dict[str, Any]:
         "ceiling_prompt_tokens": _prompt(row) if has_ceiling else 0,
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if has_ceiling else 0,
         "ceiling_cached_tokens": ceiling or 0,
+        "exact_ceiling_requests": _exact(row),
         "avoidable_miss_tokens": max(ceiling - row["cache_read_tokens"], 0) if has_ceiling else 0,
     }
 
@@ -121,6 +129,7 @@ def _replica_delta(row: Row) -> dict[str, Any]:
         "ceiling_prompt_tokens": _prompt(row) if ceiling is not None else 0,
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if ceiling is not None else 0,
         "ceiling_cached_tokens": ceiling or 0,
+        "exact_ceiling_requests": _exact(row),
     }
 
 
@@ -135,8 +144,17 @@ def _accumulate(
             current[name] += value
 
 
-def add(connection: Connection, rows: Sequence[Row]) -> None:
-    """Fold newly inserted request rows (``record_row`` dicts) into every rollup."""
+def add(
+    connection: Connection,
+    rows: Sequence[Row],
+    *,
+    present: Mapping[str, Collection[str]] | None = None,
+) -> None:
+    """Fold newly inserted request rows (``record_row`` dicts) into every rollup.
+
+    ``present``: per rollup table, the columns it has, where that is fewer than the models
+    say (a migration backfilling before later migrations add theirs).
+    """
     if not rows:
         return
     usage: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -163,9 +181,9 @@ def add(connection: Connection, rows: Sequence[Row]) -> None:
             cells.setdefault(cell, usage_key)
     for cell in _new_cells(connection, cells):
         usage[cells[cell]]["completed_cells"] += 1
-    _upsert(connection, UsageHourRow.__table__, usage)  # type: ignore[arg-type]
-    _upsert(connection, ReplicaHourRow.__table__, replicas)  # type: ignore[arg-type]
-    _upsert(connection, TtftHourRow.__table__, ttft)  # type: ignore[arg-type]
+    for model, deltas in ((UsageHourRow, usage), (ReplicaHourRow, replicas), (TtftHourRow, ttft)):
+        table: Table = model.__table__  # type: ignore[assignment]
+        _upsert(connection, table, deltas, None if present is None else present[table.name])
 
 
 def _new_cells(
@@ -222,7 +240,10 @@ def _new_cells(
 
 
 def _upsert(
-    connection: Connection, table: Table, deltas: Mapping[tuple[Any, ...], Mapping[str, Any]]
+    connection: Connection,
+    table: Table,
+    deltas: Mapping[tuple[Any, ...], Mapping[str, Any]],
+    present: Collection[str] | None = None,
 ) -> None:
     """Add the deltas to their rows, creating rows that do not exist yet."""
     if not deltas:
@@ -230,7 +251,15 @@ def _upsert(
     keys = [column.name for column in table.primary_key.columns]
     # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
     rows = [
-        {**dict(zip(keys, key, strict=True)), **values} for key, values in sorted(deltas.items())
+        {
+            **dict(zip(keys, key, strict=True)),
+            **(
+                values
+                if present is None
+                else {name: value for name, value in values.items() if name in present}
+            ),
+        }
+        for key, values in sorted(deltas.items())
     ]
     bulk.insert_rows(
         connection, table, rows, conflict=keys, add=[name for name in rows[0] if name not in keys]
@@ -243,9 +272,14 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
         connection.execute(model.__table__.delete())  # type: ignore[attr-defined]
     requests = RequestRow.__table__
     order = (requests.c.started_at, requests.c.request_id)
-    # Only the columns rollups read, all there since 0001: migration 0002 runs this on
-    # databases that lack the requests columns later migrations add.
-    columns = [requests.c[name] for name in READ_COLUMNS]
+    # Only the columns rollups read, and of those the ones the database has: migrations run
+    # this on databases that lack the columns later migrations add, to requests and rollups.
+    inspector = inspect(connection)
+    present = {
+        name: {column["name"] for column in inspector.get_columns(name)}
+        for name in ("requests", "usage_hours", "replica_hours", "ttft_hours")
+    }
+    columns = [requests.c[name] for name in READ_COLUMNS if name in present["requests"]]
     folded, after = 0, None
     while True:
         # Keyset pages: no cursor stays open while the same connection writes.
@@ -255,6 +289,6 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
         batch = connection.execute(query).mappings().all()
         if not batch:
             return folded
-        add(connection, cast(Sequence[Row], batch))
+        add(connection, cast(Sequence[Row], batch), present=present)
         folded += len(batch)
         after = (batch[-1]["started_at"], batch[-1]["request_id"])
