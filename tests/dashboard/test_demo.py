@@ -20,9 +20,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gateway.api.calls import Endpoint, parse_call
+from gateway.auth import hash_key
 from gateway.config import Deployment, load_deployments
 from gateway.db.figures import spend
-from gateway.db.models import RequestRow, TenantRow
+from gateway.db.models import ApiKeyRow, RequestRow, TenantRow
 from gateway.db.session import make_engine
 from gateway.db.statements import day_bounds
 from gateway.routing.fleet import Fleet
@@ -31,7 +32,7 @@ from gateway.routing.vllm_blocks import external
 from gateway.tools import workload
 from gateway.tools.demo import DEMO_MODEL
 from gateway.tools.sim.hashing import block_hashes
-from tests.support.processes import Proc, free_port, wait_http, wait_recorded
+from tests.support.processes import Proc, free_port, kvgate, wait_http, wait_recorded
 
 pytestmark = pytest.mark.e2e
 
@@ -157,3 +158,30 @@ def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_p
     assert all(
         f.routing_efficiency is not None and f.routing_efficiency <= 1 for f in figures.values()
     )
+
+
+def test_the_demo_key_is_kept_and_minted_again_only_once_revoked(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`python -m gateway.tools.demo KEY_FILE` (what `make vllm-demo` prints its key with)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVGATE_")}
+    env["KVGATE_DATABASE_URL"] = database_url
+    key_file = tmp_path / "var" / "api-key"
+
+    def key() -> str:
+        command = [sys.executable, "-m", "gateway.tools.demo", str(key_file)]
+        return subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+
+    first = key().strip()
+    assert first.startswith("kvg-") and key().strip() == first
+    assert key_file.read_text().strip() == first and key_file.stat().st_mode & 0o777 == 0o600
+    engine = make_engine(database_url)
+    with engine.connect() as connection:
+        key_id = connection.scalar(
+            select(ApiKeyRow.id).where(ApiKeyRow.key_hash == hash_key(first))
+        )
+    engine.dispose()
+    kvgate("keys", "revoke", str(key_id), env=env)
+    again = key().strip()
+    assert again.startswith("kvg-") and again != first
+    assert key_file.read_text().strip() == again
