@@ -3,6 +3,8 @@
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import orjson
+
 from gateway.accounting.records import Record, Status
 from gateway.usage import Usage, UsageSource
 from pricing.cost import Cost
@@ -41,9 +43,18 @@ def test_journal_line_round_trips_exactly() -> None:
         status=Status.CANCELLED,
         predicted_cached_tokens=16,
         ceiling_cached_tokens=32,
+        ceiling_exact=False,
         error="x",
     )
     again = Record.from_json(record.to_json())
     assert again == record
     assert again.cost.total == record.cost.total
     assert b"\n" not in record.to_json()
+
+
+def test_a_journal_line_written_before_the_ceiling_kind_reads_as_unknown() -> None:
+    """Lines journaled by a gateway that did not keep ``ceiling_exact`` still replay."""
+    line = orjson.loads(make_record(ceiling_cached_tokens=32).to_json())
+    del line["ceiling_exact"]
+    again = Record.from_json(orjson.dumps(line))
+    assert (again.ceiling_cached_tokens, again.ceiling_exact) == (32, None)
