@@ -23,8 +23,9 @@ def approximate_ceiling(figures: Figures) -> str:
     return (
         f"The ceiling is approximate for {formatting.count(share)} of "
         f"{formatting.count(figures.ceiling_requests)} requests: the router had no tokenizer "
-        "for their model (text mode) and counted blocks of characters, not tokens. Set the "
-        "deployment's `tokenizer` for exact figures."
+        "for their model (text mode) and counted blocks of characters, not tokens (or they "
+        "were recorded before kvgate kept which). Set the deployment's `tokenizer` for exact "
+        "figures."
     )
 
 

@@ -61,7 +61,8 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         st.caption(
             f"Approximate ceilings and predictions for {', '.join(approximate)}: the router "
             "had no tokenizer for them (text mode) and counted blocks of characters, not "
-            "tokens. Set the deployment's `tokenizer` for exact figures."
+            "tokens (or they were recorded before kvgate kept which). Set the deployment's "
+            "`tokenizer` for exact figures."
         )
     left, right = st.columns(2)
     load = [
