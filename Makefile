@@ -56,8 +56,15 @@ test-vllm: install vllm-venv
 	$(BIN)/python -m pytest -m vllm $(PYTEST_ARGS)
 
 # Two real vLLM replicas (tiny local model, KV events on) behind kvgate, on this CPU.
+# The replicas run in their own sessions, so Ctrl-C reaches only the gateway; the trap then
+# stops each replica once (SIGTERM) and waits for it. (The trap resets itself first: a
+# `kill 0` in it used to signal the recipe's own shell, whose trap ran again, until dash
+# overflowed its stack and make reported "Segmentation fault".) The demo tenant's key is
+# kept in $(VLLM_DIR)/api-key and used again while it is active.
 vllm-demo: install vllm-venv tiny-model
-	@set -e; trap 'kill 0' INT TERM EXIT; \
+	@set -e; pids=; \
+	stop() { trap - INT TERM HUP EXIT; [ -z "$$pids" ] || { kill $$pids 2>/dev/null || true; wait $$pids 2>/dev/null || true; }; }; \
+	trap 'stop; exit 0' INT TERM HUP; trap stop EXIT; \
 	cfg=$(VLLM_DIR)/kvgate.yaml; export KVGATE_DATABASE_URL=sqlite:///$(VLLM_DIR)/kvgate.db KVGATE_JOURNAL_DIR=$(VLLM_DIR)/journal; \
 	printf 'models:\n  - name: tiny\n    upstream_model: tiny\n    price_model: kvgate/demo-llama-8b\n    tokenizer: %s\n    replicas:\n' "$$(realpath $(TINY_MODEL))" > $$cfg; \
 	for port in $(VLLM_PORTS); do printf '      - http://127.0.0.1:%s\n' $$port >> $$cfg; done; \
@@ -65,18 +72,23 @@ vllm-demo: install vllm-venv tiny-model
 	for port in $(VLLM_PORTS); do \
 	  printf '      - {endpoint: "tcp://127.0.0.1:%s", replay_endpoint: "tcp://127.0.0.1:%s", topic: kv}\n' $$((port + 1000)) $$((port + 2000)) >> $$cfg; \
 	  dir=$(VLLM_DIR)/replica-$$port; mkdir -p $$dir/tmp $$dir/cache $$dir/config; \
-	  env -u PYTHONHASHSEED VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 \
+	  setsid env -u PYTHONHASHSEED VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 \
 	    TMPDIR=$$dir/tmp VLLM_CACHE_ROOT=$$dir/cache VLLM_CONFIG_ROOT=$$dir/config \
 	    $(VLLM_VENV)/bin/python -m vllm.entrypoints.openai.api_server --model $(TINY_MODEL) --served-model-name tiny \
 	      --host 127.0.0.1 --port $$port --enable-prefix-caching --enable-prompt-tokens-details --block-size 32 \
 	      --max-model-len 2048 --enforce-eager --dtype float32 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 \
 	      --kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$$((port + 1000))\", \"replay_endpoint\": \"tcp://127.0.0.1:$$((port + 2000))\", \"topic\": \"kv\"}" \
-	      > $$dir/vllm.log 2>&1 & \
+	      > $$dir/vllm.log 2>&1 & pids="$$pids $$!"; \
 	done; \
-	for port in $(VLLM_PORTS); do until curl -sf http://127.0.0.1:$$port/health >/dev/null; do sleep 1; done; echo "vLLM replica ready on http://127.0.0.1:$$port"; done; \
+	for port in $(VLLM_PORTS); do \
+	  until curl -sf http://127.0.0.1:$$port/health >/dev/null; do \
+	    for pid in $$pids; do kill -0 $$pid 2>/dev/null || { echo "a vLLM replica exited: see $(VLLM_DIR)/replica-*/vllm.log" >&2; exit 1; }; done; \
+	    sleep 1; \
+	  done; \
+	  echo "vLLM replica ready on http://127.0.0.1:$$port"; \
+	done; \
 	$(BIN)/kvgate db upgrade >/dev/null; $(BIN)/kvgate prices sync >/dev/null; \
-	$(BIN)/kvgate tenants create demo >/dev/null 2>&1 || true; \
-	echo "API key: $$($(BIN)/kvgate keys create --tenant demo | tail -n 1)"; \
+	echo "API key: $$($(BIN)/python -m gateway.tools.demo $(VLLM_DIR)/api-key)"; \
 	echo "gateway: http://127.0.0.1:$(VLLM_GATEWAY_PORT)/v1 (model tiny); Ctrl-C stops everything"; \
 	$(BIN)/kvgate serve --config $$cfg --port $(VLLM_GATEWAY_PORT)
 

@@ -12,9 +12,21 @@ from dashboard import charts, formatting
 from dashboard.charts import Point
 from dashboard.data import Overview
 from dashboard.view import View
-from gateway.db.figures.spend import Figures
+from gateway.db.figures.spend import EXACT, Figures
 
 NO_ROUTING = "no routing data yet"
+
+
+def approximate_ceiling(figures: Figures) -> str:
+    """Why the ceiling of these figures is not exact, in a sentence."""
+    share = figures.ceiling_requests - figures.exact_ceiling_requests
+    return (
+        f"The ceiling is approximate for {formatting.count(share)} of "
+        f"{formatting.count(figures.ceiling_requests)} requests: the router had no tokenizer "
+        "for their model (text mode) and counted blocks of characters, not tokens (or they "
+        "were recorded before kvgate kept which). Set the deployment's `tokenizer` for exact "
+        "figures."
+    )
 
 
 def _series(
@@ -113,14 +125,19 @@ def metrics(data: Overview) -> None:
         help="Cached prompt tokens / prompt tokens.",
     )
     routed = totals.ceiling_requests > 0
+    approximate = routed and totals.ceiling_kind != EXACT
     row[1].metric(
         "Routing efficiency",
         formatting.percent(totals.routing_efficiency) if routed else NO_ROUTING,
+        delta=f"{totals.ceiling_kind} ceiling" if approximate else None,
+        delta_color="off",
+        delta_arrow="off",
         chart_data=_series(trend, lambda f: f.routing_efficiency) if routed else None,
         border=True,
         help=(
             "Achieved / ceiling cached tokens; ceiling hit rate "
             f"{formatting.percent(totals.ceiling_rate)}."
+            + (f" {approximate_ceiling(totals)}" if approximate else "")
         )
         if routed
         else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
@@ -221,6 +238,8 @@ def trends(data: Overview, view: View) -> None:
     )
     if not data.totals.ceiling_requests:
         left.caption(f"Ceiling: {NO_ROUTING}.")
+    elif data.totals.ceiling_kind != EXACT:
+        left.caption(approximate_ceiling(data.totals))
     ttft_points = [
         Point(formatting.wall_clock(start, view.zone), name, value)
         for start, t in data.ttft_trend

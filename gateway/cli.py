@@ -422,8 +422,12 @@ def ceiling(
     end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
 ) -> None:
-    """Achieved token hit rate against the ceiling, per tenant and model, from the records."""
-    from gateway.db.figures.spend import Scope, achieved_vs_ceiling
+    """Achieved token hit rate against the ceiling, per tenant and model, from the records.
+
+    ceiling_kind says how the ceilings were counted: exact (the router had the model's
+    tokenizer) or approximate (character blocks, no tokenizer).
+    """
+    from gateway.db.figures.spend import EXACT, Scope, achieved_vs_ceiling
     from gateway.db.lookups import tenant_names
     from gateway.db.statements import day_bounds
 
@@ -431,13 +435,21 @@ def ceiling(
     with _sessions(settings())() as session:
         rows = achieved_vs_ceiling(session, Scope(lower, upper, models=(model,) if model else ()))
         names = tenant_names(session)
-    typer.echo("tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency")
+    typer.echo("tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency\tceiling_kind")
     for row in rows:
         f = row.figures
         typer.echo(
             f"{names.get(row.tenant_id, row.tenant_id)}\t{row.model}\t{f.prompt_tokens}"
             f"\t{_percent(f.hit_rate)}\t{_percent(f.ceiling_rate)}"
-            f"\t{_percent(f.routing_efficiency)}"
+            f"\t{_percent(f.routing_efficiency)}\t{f.ceiling_kind or '-'}"
+        )
+    approximate = sorted({r.model for r in rows if r.figures.ceiling_kind not in (None, EXACT)})
+    if approximate:
+        typer.echo(
+            f"approximate ceiling for {', '.join(approximate)}: counted by a router without "
+            "the model's tokenizer (text mode: blocks of characters), or recorded before "
+            "kvgate kept the kind; set the deployment's tokenizer for exact figures",
+            err=True,
         )
 
 

@@ -110,25 +110,46 @@ def test_ceiling_reports_achieved_against_ceiling_per_tenant_and_model(
         tenant_id = connection.scalar(text("SELECT id FROM tenants WHERE name = 'acme'"))
     start = datetime(2026, 11, 2, 9, tzinfo=UTC)
 
-    def made(n: int, uncached: int, cached: int, ceiling: int) -> Record:
+    def made(
+        n: int, uncached: int, cached: int, ceiling: int, model: str = "m", exact: bool = True
+    ) -> Record:
         return record(
             f"r{n}",
             tenant_id=tenant_id,
+            model=model,
             started_at=start + timedelta(minutes=n),
             usage=Usage(uncached, cached, 0, 1),
             prices=None,
             ceiling_cached_tokens=ceiling,
             predicted_cached_tokens=cached,
+            ceiling_exact=exact,
         )
 
-    # 1000 prompt tokens: 300 read from cache, 400 could have been.
-    insert_records(engine, [made(1, 500, 0, 0), made(2, 200, 300, 400)])
+    # m: 1000 prompt tokens, 300 read from cache, 400 could have been (an exact router).
+    # text: a router without tokenizer estimated a ceiling of 160 where the replica read 192
+    # (and 32 of 48 on the other): the stored ceilings are 192 and 48, efficiency 224 / 240
+    # (the router's own ceilings, 208 in all, would have made it 107.69 %).
+    insert_records(
+        engine,
+        [
+            made(1, 500, 0, 0),
+            made(2, 200, 300, 400),
+            made(3, 100, 192, 160, model="text", exact=False),
+            made(4, 100, 32, 48, model="text", exact=False),
+        ],
+    )
     engine.dispose()
-    out = kvgate("ceiling", "--start", "2026-11-02", "--end", "2026-11-02", env=env).stdout
-    assert out.strip().splitlines() == [
-        "tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency",
-        "acme\tm\t1000\t30.00%\t40.00%\t75.00%",
+    result = kvgate("ceiling", "--start", "2026-11-02", "--end", "2026-11-02", env=env)
+    assert result.stdout.strip().splitlines() == [
+        "tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency\tceiling_kind",
+        "acme\tm\t1000\t30.00%\t40.00%\t75.00%\texact",
+        "acme\ttext\t424\t52.83%\t56.60%\t93.33%\tapproximate",
     ]
+    assert result.stderr.startswith("approximate ceiling for text: counted by a router without")
+    only_exact = kvgate(
+        "ceiling", "--start", "2026-11-02", "--end", "2026-11-02", "--model", "m", env=env
+    )
+    assert only_exact.stderr == ""
 
 
 def test_billing_statement_prints_an_empty_statement_with_totals(env: dict[str, str]) -> None:

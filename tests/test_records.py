@@ -2,6 +2,8 @@
 
 from datetime import UTC, datetime
 
+import orjson
+
 from gateway.accounting.records import Record, Status
 from gateway.usage import Usage, UsageSource
 from tests.factories import record
@@ -15,9 +17,18 @@ def test_journal_line_round_trips_exactly() -> None:
         status=Status.CANCELLED,
         predicted_cached_tokens=16,
         ceiling_cached_tokens=32,
+        ceiling_exact=False,
         error="x",
     )
     again = Record.from_json(made.to_json())
     assert again == made
     assert again.cost.total == made.cost.total
     assert b"\n" not in made.to_json()
+
+
+def test_a_journal_line_written_before_the_ceiling_kind_reads_as_unknown() -> None:
+    """Lines journaled by a gateway that did not keep ``ceiling_exact`` still replay."""
+    line = orjson.loads(record(ceiling_cached_tokens=32).to_json())
+    del line["ceiling_exact"]
+    again = Record.from_json(orjson.dumps(line))
+    assert (again.ceiling_cached_tokens, again.ceiling_exact) == (32, None)

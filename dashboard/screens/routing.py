@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import charts, context, data, formatting
 from dashboard.charts import Point
-from gateway.db.figures.spend import ratio
+from gateway.db.figures.spend import EXACT, ratio
 
 NO_ROUTING = (
     "No routing data yet: requests carry predicted and ceiling cached tokens once "
@@ -42,6 +42,7 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
                 else None,
                 "ceiling hit rate": f.ceiling_rate,
                 "routing efficiency": f.routing_efficiency,
+                "ceiling": f.ceiling_kind,
             }
             for r in routing.replicas
             for f in [r.figures]
@@ -53,6 +54,16 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
             for name in ("token hit rate", "ceiling hit rate", "routing efficiency")
         },
     )
+    approximate = sorted(
+        {r.model for r in routing.replicas if r.figures.ceiling_kind not in (None, EXACT)}
+    )
+    if approximate:
+        st.caption(
+            f"Approximate ceilings and predictions for {', '.join(approximate)}: the router "
+            "had no tokenizer for them (text mode) and counted blocks of characters, not "
+            "tokens (or they were recorded before kvgate kept which). Set the deployment's "
+            "`tokenizer` for exact figures."
+        )
     left, right = st.columns(2)
     load = [
         Point(r.upstream, kind, float(value))
@@ -113,6 +124,8 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
             for name, values in series.items()
             for at, v in values
         ]
+        if any(f.ceiling_kind not in (None, EXACT) for _, f in routing.trend):
+            st.caption("Part of this ceiling is approximate (see above).")
         st.altair_chart(
             charts.trend(
                 points,

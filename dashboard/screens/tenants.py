@@ -34,6 +34,7 @@ if context.has_traffic(ctx, in_view=bool(everyone.figures)):
                 "failed or retried share": f.failed_cost_share,
                 "token hit rate": f.hit_rate,
                 "routing efficiency": f.routing_efficiency,
+                "ceiling": f.ceiling_kind,
                 "saved by cache": f.saved,
                 "lost to avoidable misses": f.avoidable_miss_cost if f.ceiling_requests else None,
             }

@@ -45,6 +45,9 @@ class Record:
     rate_class: str | None = None
     predicted_cached_tokens: int | None = None
     ceiling_cached_tokens: int | None = None
+    # Whether the router counted prediction and ceiling in the replica's own tokens (its
+    # tokenizer) or estimated them from character blocks (text mode); None without them.
+    ceiling_exact: bool | None = None
     stream: bool = False
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

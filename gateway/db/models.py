@@ -159,7 +159,12 @@ class RequestRow(Base):
     cache_write_1h_tokens: Mapped[int] = mapped_column(Integer, default=0)
     service_tier: Mapped[str | None] = mapped_column(String(32), default=None)
     predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    # At least cache_read_tokens (``accounting.store.stored_ceiling``), so efficiency <= 100 %.
     ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Whether prediction and ceiling were counted in the replica's tokens (False: estimated
+    # from character blocks, the router having no tokenizer); NULL with no ceiling, or
+    # recorded before kvgate kept it.
+    ceiling_exact: Mapped[bool | None] = mapped_column(Boolean, default=None)
     price_id: Mapped[str | None] = mapped_column(String(300), default=None)
     # The entry's rate set the costs were computed with: standard, long_context or a tier
     # (None: recorded before kvgate kept it; such rows were priced by their service tier).
@@ -210,6 +215,8 @@ class UsageHourRow(Base):
     ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
     ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    # Of ceiling_requests, those whose ceiling was exact (the rest are approximate).
+    exact_ceiling_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # Sum over requests of max(ceiling - cache_read, 0): misses perfect routing would have hit.
     avoidable_miss_tokens: Mapped[int] = mapped_column(BigInteger)
 
@@ -234,6 +241,7 @@ class ReplicaHourRow(Base):
     ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
     ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    exact_ceiling_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
 class TtftHourRow(Base):

@@ -82,6 +82,8 @@ class Expectation:
 
     predicted_cached_tokens: int | None = None
     ceiling_cached_tokens: int | None = None
+    # Whether both were counted in the replicas' own tokens (a tokenizer), or approximated.
+    ceiling_exact: bool | None = None
 
 
 NO_EXPECTATION = Expectation()

@@ -42,5 +42,6 @@ def record_of(
         error=outcome.error,
         predicted_cached_tokens=expectation.predicted_cached_tokens,
         ceiling_cached_tokens=expectation.ceiling_cached_tokens,
+        ceiling_exact=expectation.ceiling_exact,
         extra={"service_tier": outcome.service_tier} if outcome.service_tier else {},
     )

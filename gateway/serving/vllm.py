@@ -141,6 +141,7 @@ class VllmBackend:
         expectation = Expectation(
             predicted_cached_tokens=fleet.predicted_tokens(plan.route, placement, prompt_tokens),
             ceiling_cached_tokens=fleet.ceiling_tokens(plan.route, prompt_tokens),
+            ceiling_exact=plan.route.prompt.exact,
         )
         if outcome.status is Status.COMPLETED:
             fleet.learn(

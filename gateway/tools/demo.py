@@ -53,6 +53,7 @@ def write_config(path: Path, sim_ports: list[int]) -> Path:
                 "tokenizer": "kvgate-sim",
                 "block_size": 16,
                 "capacity_blocks": 4096,
+                "max_num_seqs": 64,  # kvgate sim's own
             }
         ]
     }
@@ -211,3 +212,10 @@ opens with data. Ctrl-C stops everything.
             log_level="warning",
             timeout_graceful_shutdown=3,
         )
+
+
+if __name__ == "__main__":
+    # `make vllm-demo`: the demo tenant's key, reused from the file while it is active.
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m gateway.tools.demo KEY_FILE")
+    print(tenant_key(Settings(), DEMO_TENANT, Path(sys.argv[1])))

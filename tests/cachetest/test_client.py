@@ -8,7 +8,7 @@ from datetime import date
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.tools.cachetest.client import Endpoint, key_salt
+from gateway.tools.cachetest.client import Endpoint, key_salt, server_root
 from gateway.tools.cachetest.prompts import PromptMaker
 from gateway.tools.sim.server import SimConfig, create_app
 from gateway.tools.sim.timing import TimingModel
@@ -65,3 +65,23 @@ def test_a_key_salt_is_stable_distinct_and_never_the_key() -> None:
     salt = key_salt("kvg-secret")
     assert salt == key_salt("kvg-secret") != key_salt("kvg-other")
     assert salt.startswith("cachetest-") and len(salt) == 42 and "secret" not in salt
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "//v1//"])
+async def test_the_target_is_a_base_url_with_or_without_v1(sim: str, suffix: str) -> None:
+    """As the openai SDK's base_url: chat, /metrics and the statement all find the server."""
+    async with Endpoint(sim + suffix, MODEL, max_tokens=2) as endpoint:
+        assert endpoint.target == sim
+        outcome = await endpoint.chat("k", "hello there")
+        cache = await endpoint.cache_config()
+    assert outcome.ok and outcome.prompt_tokens > 0
+    assert cache is not None and cache.block_size == 16
+
+
+def test_a_base_url_keeps_its_path_prefix_and_must_be_http() -> None:
+    assert server_root("https://gw.example.com/llm/v1/") == "https://gw.example.com/llm"
+    assert server_root(" http://127.0.0.1:8000 ") == "http://127.0.0.1:8000"
+    assert server_root("http://127.0.0.1:8000/v10") == "http://127.0.0.1:8000/v10"
+    for bad in ("127.0.0.1:8000/v1", "ftp://host/v1", "http://", ""):
+        with pytest.raises(ValueError, match="want an http"):
+            server_root(bad)

@@ -39,3 +39,14 @@ def test_a_target_that_does_not_answer_stops_the_run_at_once(tmp_path: Path) -> 
     assert code == 2
     assert "error: the first request to http://127.0.0.1:9 failed (status 0)" in output
     assert not (tmp_path / "report").exists()
+
+
+def test_a_target_that_is_not_a_base_url_is_refused(tmp_path: Path) -> None:
+    code, output = invoke(
+        "--target", "127.0.0.1:8000/v1", "--key", "k", "--model", "m",
+        "--report", str(tmp_path / "report"),
+    )  # fmt: skip
+    assert code == 2
+    words = " ".join(output.replace("│", " ").split())  # the message, out of rich's box
+    assert "want an http(s) base URL such as http://127.0.0.1:8000/v1, not '127.0.0.1" in words
+    assert not (tmp_path / "report").exists()

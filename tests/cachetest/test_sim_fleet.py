@@ -31,9 +31,11 @@ def nano(tokens: int, rate: Decimal) -> Decimal:
 
 
 def test_the_quick_plan_against_the_fleet(fleet: Stack, tmp_path: Path) -> None:
-    """Every stage, isolated tenants, kvgate's own statement for the price; under 3 minutes."""
+    """Every stage, isolated tenants, kvgate's own statement for the price; under 3 minutes.
+
+    The target is the base URL an openai client is given (``/v1``, here with a slash)."""
     run = cachetest(
-        "--target", fleet.url,
+        "--target", fleet.url + "/v1/",
         "--key", fleet.keys["alpha"],
         "--second-key", fleet.keys["beta"],
         "--model", MODEL,

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gateway.db.figures.spend import Scope, bucketer, ratio
+from gateway.db.figures.spend import Scope, bucketer, ceiling_kind, ratio
 from gateway.db.models import ReplicaHourRow
 
 REPLICAS = ReplicaHourRow.__table__
@@ -34,6 +34,7 @@ SUMMED = (
     "ceiling_prompt_tokens",
     "ceiling_cache_read_tokens",
     "ceiling_cached_tokens",
+    "exact_ceiling_requests",
 )
 
 
@@ -54,6 +55,7 @@ class ReplicaFigures:
     ceiling_prompt_tokens: int = 0
     ceiling_cache_read_tokens: int = 0
     ceiling_cached_tokens: int = 0
+    exact_ceiling_requests: int = 0
 
     @property
     def hit_rate(self) -> Decimal | None:
@@ -70,7 +72,13 @@ class ReplicaFigures:
 
     @property
     def routing_efficiency(self) -> Decimal | None:
+        """Achieved / ceiling cached tokens over the same requests (at most 1)."""
         return ratio(self.ceiling_cache_read_tokens, self.ceiling_cached_tokens)
+
+    @property
+    def ceiling_kind(self) -> str | None:
+        """exact, approximate or partly approximate; None: no request carries a ceiling."""
+        return ceiling_kind(self.ceiling_requests, self.exact_ceiling_requests)
 
 
 def _figures(row: Any) -> ReplicaFigures:

@@ -73,6 +73,20 @@ def ratio(part: int | Decimal, whole: int | Decimal) -> Decimal | None:
     return Decimal(part) / Decimal(whole) if whole else None
 
 
+EXACT, APPROXIMATE, MIXED = "exact", "approximate", "partly approximate"
+
+
+def ceiling_kind(ceiling_requests: int, exact_ceiling_requests: int) -> str | None:
+    """How the ceilings of these requests were counted: in the replicas' own tokens (exact),
+    from character blocks by a router with no tokenizer (approximate), or some of each;
+    None when no request carries a ceiling."""
+    if not ceiling_requests:
+        return None
+    if exact_ceiling_requests == ceiling_requests:
+        return EXACT
+    return APPROXIMATE if not exact_ceiling_requests else MIXED
+
+
 @dataclass(frozen=True, slots=True)
 class Figures:
     """Everything the overview shows for one scope (or one tenant, or one time bucket).
@@ -92,6 +106,7 @@ class Figures:
     ceiling_prompt_tokens: int = 0
     ceiling_cache_read_tokens: int = 0
     ceiling_cached_tokens: int = 0
+    exact_ceiling_requests: int = 0
     avoidable_miss_tokens: int = 0
     # Avoidable miss tokens x (input - cache-read rate) of their price entry; exact.
     avoidable_miss_cost: Decimal = ZERO
@@ -113,8 +128,14 @@ class Figures:
 
     @property
     def routing_efficiency(self) -> Decimal | None:
-        """Achieved / ceiling cached tokens, over the same requests."""
+        """Achieved / ceiling cached tokens, over the same requests: at most 1, since every
+        request's stored ceiling is at least its reported cached tokens."""
         return ratio(self.ceiling_cache_read_tokens, self.ceiling_cached_tokens)
+
+    @property
+    def ceiling_kind(self) -> str | None:
+        """exact, approximate or partly approximate (see ``ceiling_kind``); None: no ceiling."""
+        return ceiling_kind(self.ceiling_requests, self.exact_ceiling_requests)
 
     @property
     def saved(self) -> Decimal:
@@ -151,6 +172,7 @@ EXTRA = (
     "ceiling_prompt_tokens",
     "ceiling_cache_read_tokens",
     "ceiling_cached_tokens",
+    "exact_ceiling_requests",
     "avoidable_miss_tokens",
 )
 
@@ -237,6 +259,7 @@ def _fold(
             ceiling_prompt_tokens=values["ceiling_prompt_tokens"],
             ceiling_cache_read_tokens=values["ceiling_cache_read_tokens"],
             ceiling_cached_tokens=values["ceiling_cached_tokens"],
+            exact_ceiling_requests=values["exact_ceiling_requests"],
             avoidable_miss_tokens=values["avoidable_miss_tokens"],
             avoidable_miss_cost=values["avoidable_miss_cost"],
             currency="/".join(sorted(currencies[target])) or None,

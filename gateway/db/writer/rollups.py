@@ -63,6 +63,7 @@ READ_COLUMNS = (
     *sums.TOKENS,
     "predicted_cached_tokens",
     "ceiling_cached_tokens",
+    "ceiling_exact",
     "price_id",
     *sums.COSTS,
 )
@@ -93,6 +94,12 @@ def _prompt(row: Row) -> int:
     return int(row["uncached_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"])
 
 
+def _exact(row: Row) -> int:
+    """1 for a request whose ceiling was counted in the replica's tokens; NULL (no ceiling,
+    or recorded before kvgate kept it, or a database not yet migrated) counts as not exact."""
+    return int(row["ceiling_cached_tokens"] is not None and bool(row.get("ceiling_exact")))
+
+
 def _usage_delta(row: Row) -> dict[str, Any]:
     ceiling = row["ceiling_cached_tokens"]
     has_ceiling = ceiling is not None
@@ -106,6 +113,7 @@ def _usage_delta(row: Row) -> dict[str, Any]:
         "ceiling_prompt_tokens": _prompt(row) if has_ceiling else 0,
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if has_ceiling else 0,
         "ceiling_cached_tokens": ceiling or 0,
+        "exact_ceiling_requests": _exact(row),
         "avoidable_miss_tokens": max(ceiling - row["cache_read_tokens"], 0) if has_ceiling else 0,
     }
 
@@ -125,6 +133,7 @@ def _replica_delta(row: Row) -> dict[str, Any]:
         "ceiling_prompt_tokens": _prompt(row) if ceiling is not None else 0,
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if ceiling is not None else 0,
         "ceiling_cached_tokens": ceiling or 0,
+        "exact_ceiling_requests": _exact(row),
     }
 
 
@@ -147,7 +156,8 @@ CELLS_PER_UPDATE = 1000  # 4 parameters each: well inside SQLite's 32,766
 def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None = None) -> None:
     """Fold newly inserted request rows (``record_row`` dicts) into every rollup.
 
-    ``present`` (migrations only) limits the writes to the columns the tables have then.
+    ``present`` (migrations only) limits the writes to the columns the tables named there
+    have then; a table it does not name has the columns the models say.
     """
     if not rows:
         return
@@ -176,7 +186,7 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
             cells.setdefault(cell, usage_key)
             if row["price_id"] is not None:
                 priced.setdefault(cell, usage_key)
-    cell_columns = None if present is None else present[InteractionCellRow.__tablename__]
+    cell_columns = None if present is None else present.get(InteractionCellRow.__tablename__)
     new_cells, newly_priced = _new_cells(connection, cells, priced, cell_columns)
     for cell in new_cells:
         usage[cells[cell]]["completed_cells"] += 1
@@ -187,7 +197,7 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
         (ReplicaHourRow.__table__, replicas),
         (TtftHourRow.__table__, ttft),
     ):
-        columns = None if present is None else present[table.name]  # type: ignore[attr-defined]
+        columns = None if present is None else present.get(table.name)  # type: ignore[attr-defined]
         _upsert(connection, table, deltas, columns)  # type: ignore[arg-type]
 
 

@@ -16,7 +16,12 @@ from gateway.tools.replay.metrics import TokenPrice
 
 
 def cachetest(
-    target: Annotated[str, typer.Option(help="Base URL of the endpoint (without /v1).")],
+    target: Annotated[
+        str,
+        typer.Option(
+            help="Base URL of the endpoint, with or without /v1, as the openai SDK's base_url."
+        ),
+    ],
     key: Annotated[str, typer.Option(help="API key of the first tenant.")],
     model: Annotated[str, typer.Option(help="Model name to request.")],
     report: Annotated[Path, typer.Option(help="Directory for report.md, report.json, plots.")],
@@ -63,10 +68,14 @@ def cachetest(
     ] = None,
 ) -> None:
     """Run the cache test plan against an endpoint; exit 1 when tenant isolation fails."""
-    from gateway.tools.cachetest.client import TargetError
+    from gateway.tools.cachetest.client import TargetError, server_root
     from gateway.tools.cachetest.report import write_report
     from gateway.tools.cachetest.runner import run
 
+    try:
+        server_root(target)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--target") from None
     if plan not in PLANS:
         raise typer.BadParameter(f"want one of {', '.join(PLANS)}", param_hint="--plan")
     try:

@@ -46,13 +46,29 @@ class Outcome:
         return self.status == 200 and self.error is None
 
 
+def server_root(base_url: str) -> str:
+    """The server's root from a base URL given with or without ``/v1`` (and trailing
+    slashes), as the openai SDK's ``base_url`` is usually written: requests go to
+    ``{root}/v1/...`` and vLLM's ``/metrics`` is at ``{root}/metrics``."""
+    root = base_url.strip().rstrip("/")
+    if root.endswith("/v1"):
+        root = root.removesuffix("/v1").rstrip("/")
+    scheme, _, rest = root.partition("://")
+    if scheme not in ("http", "https") or not rest:
+        raise ValueError(
+            f"want an http(s) base URL such as http://127.0.0.1:8000/v1, not {base_url!r}"
+        )
+    return root
+
+
 def key_salt(key: str) -> str:
     """A ``cache_salt`` derived from an API key (for raw vLLM, which has no tenants)."""
     return "cachetest-" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class Endpoint:
-    """A pooled aiohttp session to one target; ``async with`` opens and closes it."""
+    """A pooled aiohttp session to one target (a base URL, with or without ``/v1``);
+    ``async with`` opens and closes it."""
 
     def __init__(
         self,
@@ -62,7 +78,7 @@ class Endpoint:
         max_tokens: int = 4,
         timeout_s: float = 300.0,
     ) -> None:
-        self.target = target.rstrip("/")
+        self.target = server_root(target)
         self.model = model
         self.max_tokens = max_tokens
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10)
