@@ -134,7 +134,6 @@ def create_app(settings: Settings) -> FastAPI:
             book=directory.prices.value,
             recorder=recorder,
             metrics=metrics,
-            fresh=directory.feed.check,
         )
         directory.prices.follow(lambda book: setattr(ledger, "book", book))
         state.proxy = proxy = Proxy(

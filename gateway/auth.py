@@ -98,7 +98,9 @@ class KeyRing:
         self, load: Callable[[], tuple[int, Keys]], *, fresh: Callable[[], None] = _nothing
     ) -> None:
         self.mirror: Mirror[Keys] = Mirror("keys", load, {})
-        self._fresh = fresh  # the change check (SQLite: PRAGMA data_version) before a look-up
+        # The change check (SQLite: PRAGMA data_version) at the start of every request: it
+        # reloads whatever changed (keys, prices), so the request's record is priced current.
+        self._fresh = fresh
         self._started = 0.0  # when the refresh in flight (or the last) began
         self._fresh_since = -1.0  # when the refresh behind the current view began
         self._refreshing: asyncio.Task[None] | None = None

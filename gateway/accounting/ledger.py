@@ -4,17 +4,16 @@ Both request paths (vLLM replicas, litellm providers) hand their attempts here, 
 record is priced the same way: the entry for the model with the latest ``effective_from``
 not after the attempt's start, per token class (and service tier, where one was reported).
 
-An attempt is priced when its record is made, at its end, with the book held then: the
+An attempt is priced when its record is made, at its end, with the book held then. The
 directory (gateway/directory.py) replaces the book whole as soon as a price is added, and
-``fresh`` (SQLite: the change check) runs first, so a price added before a request started
-prices it, whichever worker or gateway serves it.
+every request's key check runs the change check first (SQLite), so a price added before a
+request started prices it, on whichever worker or gateway serves it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from gateway.accounting.recorder import Recorder
@@ -31,24 +30,14 @@ log = logging.getLogger("kvgate.ledger")
 class Ledger:
     """Prices attempts, and keeps their records (journal first, then metrics)."""
 
-    def __init__(
-        self,
-        *,
-        book: PriceBook,
-        recorder: Recorder,
-        metrics: Metrics,
-        fresh: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, *, book: PriceBook, recorder: Recorder, metrics: Metrics) -> None:
         self.book = book  # replaced whole by the directory when the prices change
-        self._fresh = fresh
         self.recorder = recorder
         self.metrics = metrics
         self._unpriced_logged: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
 
     def price_for(self, model: str, *, at: datetime) -> Price | None:
-        if self._fresh is not None:
-            self._fresh()
         price = self.book.price_for(model, at=at)
         if price is None and model not in self._unpriced_logged:
             self._unpriced_logged.add(model)
