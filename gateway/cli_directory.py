@@ -237,7 +237,8 @@ def prices_add(
         fail(
             f"effective_from {price.effective_from:%Y-%m-%dT%H:%M:%SZ} is in the past; "
             "requests recorded since then would keep their price (history is never "
-            "rewritten): pass --backdate to add it all the same"
+            "rewritten); use --effective-from now for this moment, or pass --backdate to add "
+            "it all the same"
         )
 
     def add(session: Any) -> tuple[bool, int]:

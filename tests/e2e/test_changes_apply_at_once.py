@@ -4,8 +4,10 @@ workers of `kvgate serve --workers 2` and on a second gateway process sharing th
 database (SQLite and Postgres).
 
 Before: each worker reloaded prices every KVGATE_PRICE_REFRESH_S and keys every
-KVGATE_KEY_REFRESH_S on its own clock (0.5 s here), so requests sent right after a change
-were priced with the old entry (forever) and a revoked key kept working.
+KVGATE_KEY_REFRESH_S on its own clock, so requests sent right after a change were priced
+with the old entry (forever) and a revoked key kept working. Here those periodic reloads
+are an hour apart, so only the change mechanism can pass (on the old code, with an explicit
+timestamp for "now": 32 of 32 requests sent right after an add were priced wrong).
 """
 
 from __future__ import annotations
@@ -97,7 +99,14 @@ def pair(
 ) -> Iterator[Pair]:
     tmp = tmp_path_factory.mktemp("pair")
     with new_database(request.param, tmp) as database_url:
-        env = gateway_env(database_url, tmp / "journal-a", KVGATE_ADMIN_TOKEN=ADMIN)
+        # The periodic safety-net reloads an hour apart: only the change itself can apply.
+        env = gateway_env(
+            database_url,
+            tmp / "journal-a",
+            KVGATE_ADMIN_TOKEN=ADMIN,
+            KVGATE_PRICE_REFRESH_S="3600",
+            KVGATE_KEY_REFRESH_S="3600",
+        )
         kvgate("db", "upgrade", env=env)
         key, _ = make_tenant(env, "fresh")
         sim = start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
