@@ -91,6 +91,11 @@ def _nothing() -> None:
     return None
 
 
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class KeyRing:
     """In-memory map of active key hashes to principals, loaded from the database."""
 
@@ -136,6 +141,9 @@ class KeyRing:
             if self._refreshing is None or self._refreshing.done():
                 delay = max(0.0, MISS_REFRESH_INTERVAL_S - (time.monotonic() - self._started))
                 self._refreshing = asyncio.ensure_future(self._refresh_after(delay))
+                # Its failure is reported to whoever waits; one nobody waits for any more
+                # (they gave up at MISS_WAIT_S) is not an error to log again.
+                self._refreshing.add_done_callback(_retrieved)
             try:
                 await asyncio.wait_for(
                     asyncio.shield(self._refreshing), max(0.0, deadline - time.monotonic())

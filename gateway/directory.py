@@ -30,7 +30,9 @@ from gateway.mirror import UNLOADED, Mirror
 from pricing.book import PriceBook
 
 log = logging.getLogger("kvgate.directory")
-# How long a start waits for the change listener to catch up before it serves anyway.
+# How long a start waits for the database (a host that drops packets would hold it for
+# minutes), then for the change listener to catch up, before it serves anyway.
+START_LOAD_S = 10.0
 LISTENER_READY_S = 10.0
 
 
@@ -54,6 +56,7 @@ class Directory:
         self.snapshots = snapshot.SnapshotWriter(self.snapshot_dir)
         self._intervals = {"keys": key_refresh_s, "prices": price_refresh_s}
         self._tasks: list[asyncio.Task[None]] = []
+        self._saved: dict[str, object] = {}  # what the snapshots hold now
         self.started_from_snapshot = False
 
     def _load_keys(self) -> tuple[int, Keys]:
@@ -74,9 +77,9 @@ class Directory:
     async def start(self) -> None:
         """Load (or fall back on the snapshot), then follow the changes."""
         try:
-            await self.keys.refresh()
-            await asyncio.to_thread(self.prices.reload)
-        except SQLAlchemyError as exc:
+            await asyncio.wait_for(self._load(), START_LOAD_S)
+        except (SQLAlchemyError, TimeoutError) as exc:
+            # A load still running installs its copy when it returns (newer than a snapshot).
             self._from_snapshot(exc)
         self.keys.mirror.follow(self._save_keys)
         self.prices.follow(self._save_prices)
@@ -93,10 +96,16 @@ class Directory:
             ),
         ]
 
+    async def _load(self) -> None:
+        await self.keys.refresh()
+        await asyncio.to_thread(self.prices.reload)
+
     def _from_snapshot(self, exc: Exception) -> None:
         found = snapshot.read_snapshot(self.snapshot_dir)
-        if found.keys is not None and self.keys.mirror.revision == UNLOADED:
-            self.keys.mirror.install(UNLOADED, found.keys)
+        if self.keys.mirror.revision == UNLOADED:
+            self.keys.reachable = False
+            if found.keys is not None:
+                self.keys.mirror.install(UNLOADED, found.keys)
         if found.prices is not None and self.prices.revision == UNLOADED:
             self.prices.install(UNLOADED, found.prices)
         self.started_from_snapshot = found.keys is not None or found.prices is not None
@@ -113,14 +122,18 @@ class Directory:
         )
 
     def _save_keys(self, keys: Keys) -> None:
-        if self.keys.mirror.revision != UNLOADED:  # never write a snapshot back to itself
-            self.snapshots.save(snapshot.KEYS, lambda: snapshot.keys_document(keys))
+        # Never a snapshot written back to itself, nor the same copy again (each reload).
+        if self.keys.mirror.revision == UNLOADED or self._saved.get(snapshot.KEYS) == keys:
+            return
+        self._saved[snapshot.KEYS] = keys
+        self.snapshots.save(snapshot.KEYS, lambda: snapshot.keys_document(keys))
 
     def _save_prices(self, book: PriceBook) -> None:
-        if self.prices.revision != UNLOADED:
-            self.snapshots.save(
-                snapshot.PRICES, lambda: [snapshot.price_document(p) for p in book.entries()]
-            )
+        entries = book.entries()
+        if self.prices.revision == UNLOADED or self._saved.get(snapshot.PRICES) == entries:
+            return
+        self._saved[snapshot.PRICES] = entries
+        self.snapshots.save(snapshot.PRICES, lambda: [snapshot.price_document(p) for p in entries])
 
     async def _every(self, kind: str, refresh: Callable[[], Awaitable[object]]) -> None:
         """The safety-net reload; a failure is logged once until the next success."""
