@@ -216,6 +216,7 @@ class SqliteFeed:
         self._cursor: Any = None  # one, kept: a cursor per check is most of its cost
         self._version: int | None = None
         self._task: asyncio.Task[None] | None = None
+        self._down = False  # said once, not each second
 
     @property
     def connected(self) -> bool:
@@ -242,7 +243,7 @@ class SqliteFeed:
                 return
             rows = cursor.execute("SELECT kind, revision FROM changes").fetchall()
         except Exception as exc:  # the file went away, or is no database any more
-            log.warning("change checks stopped (%s); retrying each second", exc)
+            self._unreachable(exc)
             self._drop()
             return
         self._version = version
@@ -274,10 +275,18 @@ class SqliteFeed:
         try:
             self._raw = self._engine.raw_connection()
         except Exception as exc:
-            log.warning("database unreachable for change checks: %s", exc)
+            self._unreachable(exc)
             return
+        if self._down:
+            log.info("change checks resumed")
+        self._down = False
         self._connection, self._version = self._raw.driver_connection, None
         self._cursor = self._connection.cursor()
+
+    def _unreachable(self, exc: Exception) -> None:
+        if not self._down:
+            log.warning("change checks stopped (%s); retrying each second", exc)
+        self._down = True
 
     def _drop(self) -> None:
         raw, self._raw, self._connection, self._cursor = self._raw, None, None, None
