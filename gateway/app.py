@@ -22,10 +22,9 @@ from gateway.accounting.journal import SyncMode
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import Recorder
 from gateway.api import admin, billing, health, inference, openapi
-from gateway.auth import KeyRing, Principal
 from gateway.config import Settings
-from gateway.db import crud
 from gateway.db.session import make_engine, session_factory
+from gateway.directory import Directory
 from gateway.metrics import Metrics
 from gateway.routing.fleet import Fleet
 from gateway.routing.peers import PeerLink, peer_directory
@@ -36,7 +35,6 @@ from gateway.serving.hosted import build_hosted
 from gateway.serving.path import Serving
 from gateway.serving.vllm import VllmBackend
 from gateway.upstream.vllm import make_session
-from pricing.book import PriceBook
 
 log = logging.getLogger("kvgate")
 
@@ -111,16 +109,17 @@ def create_app(settings: Settings) -> FastAPI:
         state.engine = engine = make_engine(settings.database_url)
         state.sessions = sessions = session_factory(engine)
 
-        def load_keys() -> dict[str, Principal]:
-            with sessions() as session:
-                return crud.active_principals(session)
-
-        def load_prices() -> PriceBook:
-            with sessions() as session:
-                return crud.price_book(session)
-
-        state.keys = keys = KeyRing(load_keys)
-        await keys.refresh()
+        # Keys and prices: current on every worker and gateway as soon as they change, and
+        # from the local snapshot when the database cannot be reached (gateway/directory/).
+        state.directory = directory = Directory(
+            engine=engine,
+            sessions=sessions,
+            journal_dir=settings.journal_dir,
+            key_refresh_s=settings.key_refresh_s,
+            price_refresh_s=settings.price_refresh_s,
+        )
+        await directory.start()
+        state.keys = keys = directory.keys
         state.metrics = metrics = Metrics(multiprocess_dir=settings.prometheus_multiproc_dir)
         state.recorder = recorder = Recorder(
             engine=engine,
@@ -136,10 +135,11 @@ def create_app(settings: Settings) -> FastAPI:
         recorder.start()
         state.http = make_session()
         state.ledger = ledger = Ledger(
-            book=await asyncio.to_thread(load_prices),
+            book=directory.prices.value,
             recorder=recorder,
             observers=[metrics.observe],
         )
+        directory.prices.follow(lambda book: setattr(ledger, "book", book))
         state.fleets = fleets = {
             name: Fleet(config, tokenizer=prompt_tokenizer(config.tokenizer))
             for name, config in fleet_configs(state.deployments.values()).items()
@@ -158,9 +158,6 @@ def create_app(settings: Settings) -> FastAPI:
         if hosted is not None:
             backends.update(dict.fromkeys(hosted.deployments, hosted))
         state.serving = Serving(ledger=ledger, backends=backends)
-
-        async def refresh_prices() -> None:
-            ledger.book = await asyncio.to_thread(load_prices)
 
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)
@@ -203,8 +200,6 @@ def create_app(settings: Settings) -> FastAPI:
         tasks = [
             asyncio.ensure_future(_every(settings.health_interval_s, check_replicas, "health")),
             asyncio.ensure_future(_every(settings.load_interval_s, read_loads, "load")),
-            asyncio.ensure_future(_every(settings.key_refresh_s, keys.refresh, "key refresh")),
-            asyncio.ensure_future(_every(settings.price_refresh_s, refresh_prices, "prices")),
         ]
         peers = None
         if settings.workers > 1:
@@ -234,10 +229,11 @@ def create_app(settings: Settings) -> FastAPI:
         # in the middle of requests: the c=32 p99 went from 61-77 ms to 30-33 ms).
         gc.freeze()
         log.info(
-            "kvgate ready: %d model(s), %d active key(s), %d price(s)",
+            "kvgate ready: %d model(s), %d active key(s), %d price(s) (from the %s)",
             len(state.deployments),
             len(keys),
             len(ledger.book),
+            directory.source,
         )
         try:
             yield
@@ -253,6 +249,7 @@ def create_app(settings: Settings) -> FastAPI:
                     await task
             for consumer in consumers:
                 await consumer.stop()
+            await directory.stop()
             await recorder.stop()
             await state.http.close()
             engine.dispose()

@@ -2,10 +2,14 @@
 
 Keys are random 256-bit tokens, so a plain SHA-256 is the right stored form (as for
 GitHub or Stripe tokens): it cannot be reversed, and the look-up by hash does not compare
-secrets byte by byte. Active keys are held in memory and refreshed in the background, so
-no known key waits on the database; an unknown key waits for a view loaded after it
-arrived (shared refreshes, at most one every quarter second), so a key created a moment
-ago works at once and a revoked one stops within KVGATE_KEY_REFRESH_S.
+secrets byte by byte. Active keys are held in memory (a ``Mirror``), so no known key waits
+on the database. The directory (gateway/directory/) keeps that copy current: a key
+created or revoked applies to every request that starts after the command or API call
+returned (db/changes.py says how), on every worker and gateway sharing the database.
+An unknown key still waits for a view loaded after it arrived (shared refreshes, at most
+one every quarter second), for the case where no change notice reached this process.
+When that look-up fails (the database is unreachable), an unknown key gets a 503 that
+says so, never a 401 that would make a client drop a key that may be valid.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import AuthenticationFailed
+from gateway.errors import AuthenticationFailed, KeysUnavailable
+from gateway.mirror import Mirror
 
 log = logging.getLogger("kvgate.auth")
 KEY_PREFIX = "kvg-"
 MISS_REFRESH_INTERVAL_S = 0.25
+MISS_WAIT_S = 5.0  # the longest an unknown key waits for the database's answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +41,9 @@ class Principal:
     tenant_name: str
     api_key_id: str
     cache_scope: str
+
+
+Keys = dict[str, Principal]  # key hash -> who it authenticates
 
 
 def new_key() -> str:
@@ -78,25 +87,44 @@ def admin_token_matches(expected: str, authorization: str | None) -> bool:
     return hmac.compare_digest(token.encode(), expected.encode())
 
 
-class KeyRing:
-    """In-memory map of active key hashes to principals, refreshed from the database."""
+def _nothing() -> None:
+    return None
 
-    def __init__(self, load: Callable[[], dict[str, Principal]]) -> None:
-        self._load = load
-        self._keys: dict[str, Principal] = {}
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class KeyRing:
+    """In-memory map of active key hashes to principals, loaded from the database."""
+
+    def __init__(
+        self, load: Callable[[], tuple[int, Keys]], *, fresh: Callable[[], None] = _nothing
+    ) -> None:
+        self.mirror: Mirror[Keys] = Mirror("keys", load, {})
+        # The change check (SQLite: PRAGMA data_version) at the start of every request: it
+        # reloads whatever changed (keys, prices), so the request's record is priced current.
+        self._fresh = fresh
         self._started = 0.0  # when the refresh in flight (or the last) began
         self._fresh_since = -1.0  # when the refresh behind the current view began
         self._refreshing: asyncio.Task[None] | None = None
+        self.reachable = True  # whether the last refresh reached the database
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self.mirror.value)
 
-    async def refresh(self) -> None:
-        """Reload the active keys (in a thread: the database is not on the event loop)."""
+    async def refresh(self, *, checked: bool = False) -> None:
+        """Reload the active keys (in a thread: the database is not on the event loop);
+        ``checked``: the periodic one (see ``Mirror.reload_checked``)."""
         started = self._started = time.monotonic()
-        keys = await asyncio.to_thread(self._load)
-        if started >= self._fresh_since:
-            self._keys, self._fresh_since = keys, started
+        try:
+            await asyncio.to_thread(self.mirror.reload_checked if checked else self.mirror.reload)
+        except Exception:
+            self.reachable = False
+            raise
+        self.reachable = True
+        self._fresh_since = max(self._fresh_since, started)
 
     async def _refresh_after(self, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
@@ -108,28 +136,40 @@ class KeyRing:
         Misses share one refresh, at most one every MISS_REFRESH_INTERVAL_S: a flood of bad
         keys waits, it does not hammer the database.
         """
+        deadline = moment + MISS_WAIT_S
         while self._fresh_since < moment:
             if self._refreshing is None or self._refreshing.done():
                 delay = max(0.0, MISS_REFRESH_INTERVAL_S - (time.monotonic() - self._started))
                 self._refreshing = asyncio.ensure_future(self._refresh_after(delay))
+                # Its failure is reported to whoever waits; one nobody waits for any more
+                # (they gave up at MISS_WAIT_S) is not an error to log again.
+                self._refreshing.add_done_callback(_retrieved)
             try:
-                await asyncio.shield(self._refreshing)
-            except Exception:
-                log.warning("API keys could not be reloaded; unknown keys are refused")
-                return
+                await asyncio.wait_for(
+                    asyncio.shield(self._refreshing), max(0.0, deadline - time.monotonic())
+                )
+            except Exception as exc:
+                log.warning("API keys could not be reloaded (%s); unknown keys get a 503", exc)
+                raise KeysUnavailable(
+                    "this API key is not one the gateway knew when it lost its database, and "
+                    "it cannot be checked until the database is reachable again; retry shortly"
+                ) from None
 
     async def authenticate(self, authorization: str | None) -> Principal:
         arrived = time.monotonic()
         digest = hash_key(bearer_token(authorization))
-        principal = self._keys.get(digest)
+        self._fresh()
+        principal = self.mirror.value.get(digest)
         if principal is None:
             # A key created a moment ago: look again in a view newer than this request.
             await self._view_since(arrived)
-            principal = self._keys.get(digest)
+            principal = self.mirror.value.get(digest)
         if principal is None:
             raise AuthenticationFailed("invalid or revoked API key")
         return principal
 
     def revoke_local(self, api_key_id: str) -> None:
         """Forget a key at once in this process (the database is the source of truth)."""
-        self._keys = {h: p for h, p in self._keys.items() if p.api_key_id != api_key_id}
+        self.mirror.replace(
+            lambda keys: {h: p for h, p in keys.items() if p.api_key_id != api_key_id}
+        )

@@ -1,5 +1,5 @@
 """The ``kvgate`` command line: serve, demo, sim, replay, cachetest, db, tenants, keys, prices,
-billing."""
+billing (tenants, keys and prices: cli_directory.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import shutil
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
-from gateway.config import ConfigError, Settings
+from gateway.cli_directory import keys_app, prices_app, tenants_app
+from gateway.cli_support import fail, sessions_for, settings
+from gateway.config import ConfigError
 
 app = typer.Typer(
     help="kvgate: an OpenAI-compatible gateway that knows what every request cost.",
@@ -21,9 +23,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
-tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
-keys_app = typer.Typer(help="API keys (stored hashed; shown once).", no_args_is_help=True)
-prices_app = typer.Typer(help="The dated price book.", no_args_is_help=True)
 billing_app = typer.Typer(help="Billing statements.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(tenants_app, name="tenants")
@@ -34,34 +33,6 @@ app.add_typer(billing_app, name="billing")
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
 ]
-
-
-def settings(config: Path | None = None) -> Settings:
-    """Settings from the environment (KVGATE_*), with the CLI's config file on top."""
-    from pydantic import ValidationError
-
-    try:
-        loaded = Settings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"KVGATE_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-            if e["loc"]
-            else e["msg"].removeprefix("Value error, ")
-            for e in exc.errors(include_input=False)
-        )
-        fail(f"invalid settings: {problems}")
-    return loaded.model_copy(update={"config": config}) if config is not None else loaded
-
-
-def _sessions(s: Settings):  # type: ignore[no-untyped-def]
-    from gateway.db.session import make_engine, session_factory
-
-    return session_factory(make_engine(s.database_url))
-
-
-def fail(message: str) -> NoReturn:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
 
 
 @app.command()
@@ -244,155 +215,6 @@ def _safe_url(url: str) -> str:
     return safe_url(url)
 
 
-@tenants_app.command("create")
-def tenants_create(
-    name: Annotated[str, typer.Argument(help="Tenant name.")],
-    cache_group: Annotated[
-        str | None, typer.Option(help="Share the KV cache with this group.")
-    ] = None,
-) -> None:
-    """Create a tenant."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-
-    with transaction(_sessions(settings())) as session:
-        tenant = crud.create_tenant(session, name=name, cache_group=cache_group)
-    typer.echo(f"tenant {tenant.name} created: {tenant.id}")
-
-
-@tenants_app.command("set-group")
-def tenants_set_group(
-    name: Annotated[str, typer.Argument(help="Tenant name.")],
-    cache_group: Annotated[str | None, typer.Option(help="Group name; omit to isolate.")] = None,
-) -> None:
-    """Put a tenant into an explicit KV-cache sharing group, or back into its own scope."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-
-    with transaction(_sessions(settings())) as session:
-        crud.set_cache_group(session, name=name, cache_group=cache_group)
-    typer.echo(f"tenant {name}: cache group {cache_group or '(own scope)'}")
-
-
-@keys_app.command("create")
-def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None:
-    """Issue an API key; the key is printed once, alone on the last line."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-
-    with transaction(_sessions(settings())) as session:
-        issued = crud.create_key(session, tenant_name=tenant)
-    typer.echo(f"key {issued.id} for tenant {tenant} (store it now; it is not kept):")
-    typer.echo(issued.key)
-
-
-@keys_app.command("revoke")
-def keys_revoke(key_id: Annotated[str, typer.Argument(help="Key id (key_...).")]) -> None:
-    """Revoke a key; gateways stop accepting it within KVGATE_KEY_REFRESH_S."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-
-    with transaction(_sessions(settings())) as session:
-        crud.revoke_key(session, key_id=key_id)
-    typer.echo(f"key {key_id} revoked")
-
-
-@prices_app.command("sync")
-def prices_sync() -> None:
-    """Load pricing/catalog/*.yaml into the database (idempotent; never edits an entry)."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-    from pricing.book import load_catalog
-
-    with transaction(_sessions(settings())) as session:
-        result = crud.add_prices(session, prices=load_catalog())
-    typer.echo(f"prices: {len(result.added)} added, {len(result.unchanged)} already present")
-
-
-@prices_app.command("add")
-def prices_add(
-    model: Annotated[str, typer.Option(help="Price-book model name.")],
-    effective_from: Annotated[str, typer.Option(help="ISO date or date-time (UTC if no zone).")],
-    input: Annotated[str, typer.Option(help="Uncached input, per 1M tokens.")],
-    cache_read: Annotated[str, typer.Option(help="Cache read, per 1M tokens.")],
-    output: Annotated[str, typer.Option(help="Output, per 1M tokens.")],
-    cache_write: Annotated[str | None, typer.Option(help="Cache write, per 1M tokens.")] = None,
-    currency: Annotated[str, typer.Option(help="Currency code.")] = "USD",
-    source: Annotated[str, typer.Option(help="Where this price comes from.")] = "kvgate prices add",
-) -> None:
-    """Add a dated price entry (USD per million tokens)."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-    from pricing.book import PriceError, price_from_mapping
-
-    entry = {
-        "model": model,
-        "effective_from": effective_from,
-        "input": input,
-        "cache_read": cache_read,
-        "cache_write": cache_write,
-        "output": output,
-        "currency": currency,
-        "source": source,
-        "captured_on": date.today(),
-    }
-    try:
-        price = price_from_mapping(entry)
-    except PriceError as exc:
-        fail(str(exc))
-    with transaction(_sessions(settings())) as session:
-        result = crud.add_prices(session, prices=[price])
-    typer.echo(f"{price.id}: {'added' if result.added else 'already present'}")
-
-
-@prices_app.command("import-litellm")
-def prices_import_litellm(
-    captured_on: Annotated[str, typer.Option(help="Day the map's prices held, YYYY-MM-DD.")],
-    match: Annotated[str, typer.Option(help="Only models whose name matches this glob.")] = "*",
-    dry_run: Annotated[bool, typer.Option(help="Show what would be added; add nothing.")] = False,
-) -> None:
-    """Add dated entries from the price map inside the installed litellm (never edits one)."""
-    from gateway.db import crud
-    from gateway.db.session import transaction
-    from gateway.upstream.providers import bundled_price_map
-    from pricing.litellm_map import plan_import, prices_from_map
-
-    version, price_map = bundled_price_map()
-    prices = prices_from_map(
-        price_map,
-        captured_on=date.fromisoformat(captured_on),
-        source=f"litellm {version}",
-        match=match,
-    )
-    with transaction(_sessions(settings())) as session:
-        plan = plan_import(crud.price_book(session), prices)
-        if not dry_run:
-            crud.add_prices(session, prices=plan.add)
-    for conflict in plan.conflicts:
-        typer.secho(f"left as it is (other rates on that day): {conflict}", err=True)
-    verb = "would add" if dry_run else "added"
-    typer.echo(
-        f"litellm {version}: {verb} {len(plan.add)}, unchanged {len(plan.unchanged)}, "
-        f"conflicts {len(plan.conflicts)}"
-    )
-
-
-@prices_app.command("list")
-def prices_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
-    """The price book, oldest entry first per model."""
-    from gateway.db import crud
-
-    with _sessions(settings())() as session:
-        book = crud.price_book(session)
-    typer.echo("model\teffective_from\tinput\tcache_read\tcache_write\toutput\tcurrency\tsource")
-    for p in book.entries(model):
-        typer.echo(
-            f"{p.model}\t{p.effective_from:%Y-%m-%dT%H:%M:%SZ}\t{p.input}\t{p.cache_read}"
-            f"\t{'' if p.cache_write is None else p.cache_write}\t{p.output}"
-            f"\t{p.currency}\t{p.source}"
-        )
-
-
 @billing_app.command("statement")
 def billing_statement(
     tenant: Annotated[str, typer.Option(help="Tenant name.")],
@@ -406,7 +228,7 @@ def billing_statement(
 
     if format not in ("json", "csv"):
         fail("--format must be json or csv")
-    with _sessions(settings())() as session:
+    with sessions_for(settings())() as session:
         statement = billing.build_statement(
             session,
             tenant=crud.get_tenant(session, name=tenant),
@@ -432,7 +254,7 @@ def ceiling(
     from gateway.db.statements import day_bounds
 
     lower, upper = day_bounds(date.fromisoformat(start), date.fromisoformat(end))
-    with _sessions(settings())() as session:
+    with sessions_for(settings())() as session:
         rows = achieved_vs_ceiling(session, Scope(lower, upper, models=(model,) if model else ()))
         names = tenant_names(session)
     typer.echo("tenant\tmodel\tprompt_tokens\thit_rate\tceiling\tefficiency\tceiling_kind")

@@ -10,6 +10,7 @@
     ├── PermissionDenied             403 permission_error
     ├── NotFound                     404 not_found_error
     ├── Unrecordable                 503 service_unavailable / recorder_unavailable
+    ├── KeysUnavailable              503 service_unavailable / keys_unavailable
     └── UpstreamError                502 upstream_error
         └── UpstreamUnavailable      503 upstream_error / no_healthy_replica
 
@@ -106,6 +107,15 @@ class Unrecordable(KvgateError):
     status = 503
     type = "service_unavailable"
     code = "recorder_unavailable"
+
+
+class KeysUnavailable(KvgateError):
+    """A key the gateway does not know, while it cannot reach the database to look it up:
+    never a 401, which would make a client drop a key that may well be valid."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "keys_unavailable"
 
 
 class UpstreamError(KvgateError):

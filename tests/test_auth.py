@@ -15,7 +15,7 @@ from gateway.auth import (
     hash_key,
     new_key,
 )
-from gateway.errors import AuthenticationFailed
+from gateway.errors import AuthenticationFailed, KeysUnavailable
 
 ALICE = Principal("ten_a", "alice", "key_a", "tenant:ten_a")
 
@@ -28,11 +28,11 @@ class Keys:
         self.loads = 0
         self.fail = False
 
-    def load(self) -> dict[str, Principal]:
+    def load(self) -> tuple[int, dict[str, Principal]]:
         self.loads += 1
         if self.fail:
             raise RuntimeError("database down")
-        return dict(self.active)
+        return self.loads, dict(self.active)
 
 
 async def test_known_keys_need_no_database_and_unknown_ones_are_401() -> None:
@@ -65,13 +65,20 @@ async def test_a_flood_of_unknown_keys_shares_refreshes() -> None:
     assert keys.loads <= 3
 
 
-async def test_an_unreachable_database_refuses_unknown_keys_without_hanging() -> None:
-    keys = Keys()
+async def test_an_unreachable_database_gives_unknown_keys_a_503_at_once_and_known_ones_pass() -> (
+    None
+):
+    """Never a 401 for a key that cannot be checked: a client would drop a valid key."""
+    keys, known = Keys(), new_key()
+    keys.active[hash_key(known)] = ALICE
     ring = KeyRing(keys.load)
     await ring.refresh()
     keys.fail = True
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(KeysUnavailable) as refused:
         await asyncio.wait_for(ring.authenticate("Bearer kvg-new"), timeout=2)
+    assert refused.value.status == 503 and refused.value.code == "keys_unavailable"
+    assert "cannot be checked until the database is reachable again" in refused.value.message
+    assert await ring.authenticate(f"Bearer {known}") == ALICE
 
 
 def test_revoking_locally_forgets_the_key_at_once() -> None:
@@ -132,7 +139,7 @@ async def test_a_key_is_found_by_its_sha256_and_never_compared_itself(offered: s
     done; no plain key is held to compare against."""
     key = new_key()
     keys = LookupLog({hash_key(key): ALICE})
-    ring = KeyRing(lambda: keys)
+    ring = KeyRing(lambda: (1, keys))
     await ring.refresh()
     candidate = {
         "right": key,

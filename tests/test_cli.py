@@ -36,7 +36,7 @@ def test_prices_sync_is_idempotent_and_add_list_show_dated_entries(env: dict[str
         "--model",
         "m",
         "--effective-from",
-        "2026-12-01T12:00:00+01:00",
+        "2030-12-01T12:00:00+01:00",
         "--input",
         "3",
         "--cache-read",
@@ -49,11 +49,11 @@ def test_prices_sync_is_idempotent_and_add_list_show_dated_entries(env: dict[str
         "vendor list",
         env=env,
     )
-    assert added.stdout.strip() == "m@2026-12-01T11:00:00Z: added"
+    assert added.stdout.strip() == "m@2030-12-01T11:00:00Z: added"
     listed = kvgate("prices", "list", "--model", "m", env=env).stdout.strip().splitlines()
     assert listed[1].split("\t") == [
         "m",
-        "2026-12-01T11:00:00Z",
+        "2030-12-01T11:00:00Z",
         "3.000000000",
         "0.300000000",
         "3.750000000",
@@ -71,7 +71,7 @@ def test_a_price_cannot_be_edited_and_bad_rates_are_refused(env: dict[str, str])
         "--model",
         "m",
         "--effective-from",
-        "2026-12-01",
+        "2030-12-01",
         "--cache-read",
         "1",
         "--output",
@@ -93,7 +93,14 @@ def test_tenants_and_keys(env: dict[str, str]) -> None:
     missing = kvgate("keys", "create", "--tenant", "nobody", env=env, check=False)
     assert missing.returncode == 2 and "no tenant named 'nobody'" in missing.stderr
     key_id = out[0].split()[1]
+    listed = kvgate("keys", "list", "--tenant", "acme", env=env).stdout.splitlines()
+    assert listed[0] == "id\ttenant\tcreated\trevoked"
+    assert [line.split("\t")[:2] + line.split("\t")[3:] for line in listed[1:]] == [
+        [key_id, "acme", ""]
+    ]
     assert kvgate("keys", "revoke", key_id, env=env).stdout.strip() == f"key {key_id} revoked"
+    [line] = kvgate("keys", "list", env=env).stdout.splitlines()[1:]
+    assert line.split("\t")[3].endswith("Z") and out[-1] not in line
     unknown = kvgate("keys", "revoke", "key_nope", env=env, check=False)
     assert unknown.returncode == 2
 

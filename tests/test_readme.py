@@ -331,7 +331,7 @@ def test_every_python_block_compiles(block: Block) -> None:
     ("command", "complaint"),
     [
         ("kvgate serve --config kvgate.yaml --hots 0.0.0.0", "has no option --hots"),
-        ("kvgate keys list --tenant acme", "has no command ['list']"),
+        ("kvgate keys rotate --tenant acme", "has no command ['rotate']"),
         ("make demo-everything", "no target 'demo-everything'"),
         ("export KVGATE_DATABASE_URI=sqlite://", "neither a setting nor read by the tests"),
         ("KVGATE_WORKER=2 kvgate serve", "neither a setting nor read by the tests"),

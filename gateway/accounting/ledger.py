@@ -4,6 +4,11 @@ Every request path prices its attempts here, so every record is priced the same 
 entry for the model with the latest ``effective_from`` not after the attempt's start, per
 token class (and service tier, where one was reported). Kept records are journaled first,
 then shown to the observers (the metrics).
+
+An attempt is priced when its record is made, at its end, with the book held then. The
+directory (gateway/directory/) replaces the book whole as soon as a price is added, and
+every request's key check runs the change check first (SQLite), so a price added before a
+request started prices it, on whichever worker or gateway serves it.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class Ledger:
         recorder: Recorder,
         observers: Iterable[Callable[[Record], None]] = (),
     ) -> None:
-        self.book = book  # replaced whole by the app's refresh
+        self.book = book  # replaced whole by the directory when the prices change
         self.recorder = recorder
         self.observers = tuple(observers)
         self._unpriced_logged: set[str] = set()

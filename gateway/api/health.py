@@ -21,6 +21,9 @@ def healthz(request: Request) -> dict[str, object]:
         "recorder_backlog": state.recorder.backlog,
         # Records the database refused for their data, set aside under <journal>/rejected/.
         "records_rejected": state.recorder.stats.rejected,
+        # Where the keys and prices served with came from: database, snapshot (the database
+        # was unreachable at start), or none.
+        "directory": state.directory.source,
         "models": sorted(state.deployments),
     }
 

@@ -43,7 +43,8 @@ ERRORS: dict[int, str] = {
     404: "No such model, or no tenant of that name.",
     413: "The request body is larger than KVGATE_MAX_BODY_BYTES.",
     502: "The upstream failed.",
-    503: "No healthy upstream, or the gateway cannot record requests right now.",
+    503: "No healthy upstream, the gateway cannot record requests right now, or it cannot "
+    "check a key it does not know while its database is unreachable (`keys_unavailable`).",
 }
 
 

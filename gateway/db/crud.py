@@ -1,4 +1,9 @@
-"""Keyword-only create/read/update functions for tenants, keys and prices."""
+"""Keyword-only create/read/update functions for tenants, keys and prices.
+
+Every change to what gateways hold in memory (keys and the tenants' scopes, prices) bumps
+that kind's revision in the same transaction (db/changes.py): run such changes through
+``changes.publish`` to return only once every gateway applies them.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from gateway.auth import Principal, hash_key, new_key
-from gateway.db.models import ApiKeyRow, PriceRow, TenantRow
+from gateway.auth import Keys, Principal, hash_key, new_key
+from gateway.db import changes
+from gateway.db.models import ApiKeyRow, PriceRow, RequestRow, TenantRow
 from gateway.errors import InvalidRequest, NotFound
 from pricing.book import Price, PriceBook, long_context_from, tiers_from
 
@@ -42,6 +48,7 @@ def set_cache_group(session: Session, *, name: str, cache_group: str | None) -> 
     """Put a tenant into an explicit cache-sharing group (None: its own scope)."""
     tenant = get_tenant(session, name=name)
     tenant.cache_group = cache_group
+    changes.bump(session, changes.KEYS)  # every key of the tenant now has another scope
     return tenant
 
 
@@ -50,6 +57,8 @@ class IssuedKey:
     id: str
     key: str
     tenant_id: str
+    tenant: str
+    created_at: datetime
 
 
 def create_key(session: Session, *, tenant_name: str) -> IssuedKey:
@@ -64,16 +73,53 @@ def create_key(session: Session, *, tenant_name: str) -> IssuedKey:
         created_at=_now(),
     )
     session.add(row)
-    return IssuedKey(id=row.id, key=key, tenant_id=tenant.id)
+    changes.bump(session, changes.KEYS)
+    return IssuedKey(
+        id=row.id, key=key, tenant_id=tenant.id, tenant=tenant.name, created_at=row.created_at
+    )
 
 
-def revoke_key(session: Session, *, key_id: str) -> ApiKeyRow:
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """A key as an operator sees it: never the key, nor its hash."""
+
+    id: str
+    tenant: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def revoke_key(session: Session, *, key_id: str) -> KeyInfo:
+    """Revoke a key (revoking it again changes nothing)."""
     row = session.get(ApiKeyRow, key_id)
     if row is None:
-        raise NotFound(f"no API key {key_id!r}")
+        raise NotFound(f"no API key {key_id!r}", code="key_not_found")
     if row.revoked_at is None:
         row.revoked_at = _now()
-    return row
+        changes.bump(session, changes.KEYS)
+    tenant = session.get(TenantRow, row.tenant_id)
+    return KeyInfo(
+        id=row.id,
+        tenant=tenant.name if tenant else row.tenant_id,
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def list_keys(session: Session, *, tenant_name: str | None = None) -> list[KeyInfo]:
+    """Every key (of one tenant), oldest first."""
+    query = select(ApiKeyRow.id, TenantRow.name, ApiKeyRow.created_at, ApiKeyRow.revoked_at).join(
+        TenantRow, TenantRow.id == ApiKeyRow.tenant_id
+    )
+    if tenant_name is not None:
+        query = query.where(TenantRow.id == get_tenant(session, name=tenant_name).id)
+    rows = session.execute(query.order_by(ApiKeyRow.created_at, ApiKeyRow.id))
+    return [KeyInfo(*row) for row in rows]
+
+
+def active_keys(session: Session) -> tuple[int, Keys]:
+    """The keys' revision, and every active key (read after it: at least that new)."""
+    return changes.revision(session, changes.KEYS), active_principals(session)
 
 
 def active_principals(session: Session) -> dict[str, Principal]:
@@ -172,8 +218,34 @@ def add_prices(session: Session, *, prices: Iterable[Price]) -> PriceSync:
         )
         session.flush()
         added.append(price.id)
+    if added:
+        changes.bump(session, changes.PRICES)
     return PriceSync(added=added, unchanged=unchanged)
 
 
 def price_book(session: Session) -> PriceBook:
     return PriceBook(price_from_row(row) for row in session.scalars(select(PriceRow)))
+
+
+def current_prices(session: Session) -> tuple[int, PriceBook]:
+    """The prices' revision, and the book (read after it: at least that new)."""
+    return changes.revision(session, changes.PRICES), price_book(session)
+
+
+def records_since(session: Session, *, model: str, since: datetime) -> int:
+    """Records of a price-book model (priced with one of its entries, or unpriced under
+    its name) that started at or after ``since``."""
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(RequestRow)
+            .where(RequestRow.started_at >= since)
+            .where(
+                or_(
+                    RequestRow.price_id.startswith(f"{model}@", autoescape=True),
+                    (RequestRow.price_id.is_(None)) & (RequestRow.model == model),
+                )
+            )
+        )
+        or 0
+    )

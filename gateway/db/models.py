@@ -122,6 +122,20 @@ class PriceRow(Base):
     variants: Mapped[str | None] = mapped_column(Text, default=None)
 
 
+class ChangeRow(Base):
+    """A revision counter per kind of data the gateways hold in memory (keys, prices, ...).
+
+    Every change of that kind bumps it in the change's own transaction (db/changes.py), so
+    a gateway that has loaded revision N knows whether its copy is current.
+    """
+
+    __tablename__ = "changes"
+
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger, default=0)
+    changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+
+
 class RequestRow(Base):
     """One attempt of one request: the unit everything else sums."""
 

@@ -70,6 +70,16 @@ def kvgate(
     )
 
 
+def cli_tenant(env: dict[str, str], name: str) -> tuple[str, str]:
+    """A tenant and one key made through the real CLI: (key, key id)."""
+    kvgate("tenants", "create", name, env=env)
+    out = kvgate("keys", "create", "--tenant", name, env=env).stdout
+    lines = out.strip().splitlines()  # "key <id> ...", then the key alone on the last
+    key, key_id = lines[-1], lines[0].split()[1]
+    assert key.startswith("kvg-") and " " not in key
+    return key, key_id
+
+
 def start_sim(
     tmp: Path,
     *,

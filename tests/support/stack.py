@@ -36,6 +36,7 @@ from pricing.book import Price, load_catalog
 from tests.factories import config_file, tenant
 from tests.support.processes import (
     Proc,
+    cli_tenant,
     gateway_env,
     kvgate,
     start_emulator,
@@ -74,13 +75,9 @@ class Stack:
     def tenant(self, name: str, *, cache_group: str | None = None) -> str:
         """A new tenant with one key (through the CLI if the stack says so); its key."""
         if self.cli:
-            kvgate("tenants", "create", name, env=self.env)
+            key, key_id = cli_tenant(self.env, name)
             if cache_group is not None:
                 kvgate("tenants", "set-group", name, "--cache-group", cache_group, env=self.env)
-            out = kvgate("keys", "create", "--tenant", name, env=self.env).stdout
-            lines = out.strip().splitlines()  # "key <id> ...", then the key alone on the last
-            key, key_id = lines[-1], lines[0].split()[1]
-            assert key.startswith("kvg-") and " " not in key
             self.keys[name], self.key_ids[name] = key, key_id
             return key
         with transaction(session_factory(self.engine)) as session:
