@@ -164,6 +164,18 @@ def sim(
         typer.Option(help="Answer KV event replay requests on this ZMQ endpoint (bound)."),
     ] = None,
     kv_events_topic: Annotated[str, typer.Option(help="KV events topic.")] = "",
+    cpu_blocks: Annotated[
+        int, typer.Option(help="Host-memory tier: blocks that keep what GPU memory evicts.", min=0)
+    ] = 0,
+    cpu_block_ms: Annotated[
+        float, typer.Option(help="Loading one block from host memory, in ms.", min=0)
+    ] = 0.0,
+    disk_blocks: Annotated[
+        int, typer.Option(help="Disk tier below host memory, in blocks.", min=0)
+    ] = 0,
+    disk_block_ms: Annotated[
+        float, typer.Option(help="Loading one block from disk, in ms.", min=0)
+    ] = 0.0,
 ) -> None:
     """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
     from gateway.tools.sim.events import KvEventsConfig
@@ -175,7 +187,11 @@ def sim(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
+        cpu_block_ms=cpu_block_ms,
+        disk_block_ms=disk_block_ms,
     )
+    if disk_blocks and not cpu_blocks:
+        fail("--disk-blocks needs --cpu-blocks: the disk tier keeps what host memory evicts")
     kv_events = (
         None
         if kv_events_endpoint is None
@@ -189,6 +205,8 @@ def sim(
             timing=timing,
             max_model_len=max_model_len,
             kv_events=kv_events,
+            cpu_blocks=cpu_blocks,
+            disk_blocks=disk_blocks,
         ),
         host=host,
         port=port,

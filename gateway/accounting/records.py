@@ -45,6 +45,10 @@ class Record:
     rate_class: str | None = None
     predicted_cached_tokens: int | None = None
     ceiling_cached_tokens: int | None = None
+    # Of cache_read_tokens, those served from host memory and from disk (the rest from GPU
+    # memory), where the replica reports them; None where it does not.
+    cache_read_host_tokens: int | None = None
+    cache_read_disk_tokens: int | None = None
     stream: bool = False
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -42,6 +42,8 @@ def record_row(record: Record) -> dict[str, Any]:
         "service_tier": record.extra.get("service_tier"),
         "predicted_cached_tokens": record.predicted_cached_tokens,
         "ceiling_cached_tokens": record.ceiling_cached_tokens,
+        "cache_read_host_tokens": record.cache_read_host_tokens,
+        "cache_read_disk_tokens": record.cache_read_disk_tokens,
         "price_id": record.price_id,
         "rate_class": record.rate_class,
         "cost_uncached": cost.uncached,

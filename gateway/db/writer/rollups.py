@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, select, tuple_, update
+from sqlalchemy import Connection, Table, bindparam, inspect, select, tuple_, update
 
 from gateway.db.models import (
     InteractionCellRow,
@@ -63,6 +63,8 @@ READ_COLUMNS = (
     "price_id",
     *COST_COLUMNS,
 )
+# Read when the requests table has them (since migration 0009_tiers).
+TIER_COLUMNS = ("cache_read_host_tokens", "cache_read_disk_tokens")
 
 Row = Mapping[str, Any]
 
@@ -121,6 +123,22 @@ def _replica_delta(row: Row) -> dict[str, Any]:
         "ceiling_prompt_tokens": _prompt(row) if ceiling is not None else 0,
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if ceiling is not None else 0,
         "ceiling_cached_tokens": ceiling or 0,
+        **_tier_delta(row),
+    }
+
+
+def _tier_delta(row: Row) -> dict[str, int]:
+    """Cached tokens by tier, for rows that have the columns (a database migrated past
+    0002 but not yet 0009 rebuilds without them); zero where the replica did not say."""
+    if "cache_read_host_tokens" not in row:
+        return {}
+    host, disk = row["cache_read_host_tokens"], row["cache_read_disk_tokens"]
+    reported = host is not None
+    return {
+        "tier_requests": int(reported),
+        "tier_cache_read_tokens": row["cache_read_tokens"] if reported else 0,
+        "host_cached_tokens": host or 0,
+        "disk_cached_tokens": disk or 0,
     }
 
 
@@ -245,7 +263,9 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
     order = (requests.c.started_at, requests.c.request_id)
     # Only the columns rollups read, all there since 0001: migration 0002 runs this on
     # databases that lack the requests columns later migrations add.
-    columns = [requests.c[name] for name in READ_COLUMNS]
+    present = {column["name"] for column in inspect(connection).get_columns("requests")}
+    names = [*READ_COLUMNS, *(name for name in TIER_COLUMNS if name in present)]
+    columns = [requests.c[name] for name in names]
     folded, after = 0, None
     while True:
         # Keyset pages: no cursor stays open while the same connection writes.

@@ -10,6 +10,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -21,12 +22,23 @@ from gateway.tools.replay import offline
 from gateway.tools.replay.analysis import TraceAnalysis, analyze, infinite_ceiling
 from gateway.tools.replay.live import first_model, record_totals, replay_live, summarize_live
 from gateway.tools.replay.metrics import PolicySummary, TokenPrice, parse_price, summarize
-from gateway.tools.replay.report import ReportContext, git_commit, kvgate_version, policy_table
+from gateway.tools.replay.report import (
+    ReportContext,
+    gateways_table,
+    git_commit,
+    kvgate_version,
+    policy_table,
+    tier_table,
+)
 from gateway.tools.replay.report import write_report as write_report_files
 from gateway.tools.replay.trace import TraceRequest, load_trace
 from gateway.tools.sim.timing import TimingModel
 
 DEFAULT_POLICIES = "kv-aware,round-robin,least-loaded,random"
+# A 512-token block of an 8B model's KV (128 KiB a token: 64 MiB) over PCIe 4.0 x16 at
+# ~24 GB/s, and from an NVMe drive at ~6 GB/s.
+DEFAULT_CPU_BLOCK_MS = 2.7
+DEFAULT_DISK_BLOCK_MS = 11.0
 
 
 def replay(
@@ -91,6 +103,39 @@ def replay(
     limit: Annotated[
         int | None, typer.Option(help="Replay only the first N requests of the trace.", min=1)
     ] = None,
+    cpu_blocks: Annotated[
+        int,
+        typer.Option(help="Host-memory tier per replica, in blocks: keeps what GPU evicts.", min=0),
+    ] = 0,
+    cpu_block_ms: Annotated[
+        float,
+        typer.Option(
+            help="Loading one block from host memory, in ms (default: a 512-token block of "
+            "an 8B model over PCIe 4.0, 64 MiB at ~24 GB/s).",
+            min=0,
+        ),
+    ] = DEFAULT_CPU_BLOCK_MS,
+    disk_blocks: Annotated[
+        int,
+        typer.Option(
+            help="Disk tier per replica, in blocks: keeps what host memory evicts.", min=0
+        ),
+    ] = 0,
+    disk_block_ms: Annotated[
+        float,
+        typer.Option(
+            help="Loading one block from disk, in ms (default: 64 MiB from an NVMe drive at "
+            "~6 GB/s).",
+            min=0,
+        ),
+    ] = DEFAULT_DISK_BLOCK_MS,
+    gateways: Annotated[
+        str,
+        typer.Option(
+            help="Independent gateway instances behind a round-robin balancer (K, or a "
+            "list such as 1,2,4,8: each is replayed and the hit-rate loss reported)."
+        ),
+    ] = "1",
 ) -> None:
     """Replay a trace: the hit-rate ceilings, then each routing policy's results."""
     requests = load_trace(trace, limit=limit)
@@ -104,11 +149,19 @@ def replay(
     names = _policies(policies)
     if index not in offline.INDEX_MODES:
         raise typer.BadParameter(f"want one of {offline.INDEX_MODES}", param_hint="--index")
+    if disk_blocks and not cpu_blocks:
+        raise typer.BadParameter(
+            "a disk tier keeps what host memory evicts: give --cpu-blocks too",
+            param_hint="--disk-blocks",
+        )
+    counts = _gateways(gateways)
     token_price = _price(price)
     timing = TimingModel(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
+        cpu_block_ms=cpu_block_ms if cpu_blocks else 0.0,
+        disk_block_ms=disk_block_ms if disk_blocks else 0.0,
     )
     config = offline.ReplayConfig(
         replicas=replicas,
@@ -116,20 +169,51 @@ def replay(
         block_tokens=block_tokens,
         timing=timing,
         index=index,
+        cpu_blocks=cpu_blocks,
+        disk_blocks=disk_blocks,
     )
     analysis = analyze(
-        requests, replicas=replicas, capacity_blocks=capacity_blocks, block_tokens=block_tokens
+        requests,
+        replicas=replicas,
+        capacity_blocks=capacity_blocks,
+        block_tokens=block_tokens,
+        lower_blocks=cpu_blocks + disk_blocks,
     )
     _echo_ceilings(analysis, replicas, capacity_blocks)
     runs = []
     summaries: list[PolicySummary] = []
-    for name in names:
-        with _progress(name, len(requests)) as advance:
-            run = offline.replay(requests, name, config, progress=advance)
-        runs.append(run)
-        summaries.append(summarize(run, ceiling=analysis.ceiling.rate, price=token_price))
+    for count in counts:
+        # Instances apart read the replicas' load as the gateway does, every second.
+        fleet = replace(config, gateways=count, load_interval_s=None if count == 1 else 1.0)
+        for name in names:
+            label = name if count == 1 else f"{name}, {count} gateways"
+            with _progress(label, len(requests)) as advance:
+                run = offline.replay(requests, name, fleet, progress=advance)
+            runs.append(run)
+            summaries.append(summarize(run, ceiling=analysis.ceiling.rate, price=token_price))
     typer.echo(f"router index: {index}\n")
-    typer.echo(policy_table(summaries, priced=token_price is not None))
+    first = [s for s in summaries if s.gateways == counts[0]]
+    typer.echo(policy_table(first, priced=token_price is not None))
+    if analysis.pooled_tiers is not None:
+        weights = config.tier_weights
+        tiers = f"{capacity_blocks:,} GPU, {cpu_blocks:,} host memory ({timing.cpu_block_ms:g} ms)"
+        credit = f"host {weights.cpu:.3f}"
+        if disk_blocks:
+            tiers += f", {disk_blocks:,} disk ({timing.disk_block_ms:g} ms)"
+            credit += f", disk {weights.storage:.3f}"
+        typer.echo(
+            f"\ncache tiers per replica, in blocks (a block's load time): {tiers}; "
+            f"router's tier weights: {credit}"
+        )
+        typer.echo(
+            f"pooled ceiling of the combined capacity "
+            f"({analysis.pooled_tiers_capacity_blocks:,} blocks in one LRU cache): "
+            f"{100 * analysis.pooled_tiers.rate:.2f}%\n"
+        )
+        typer.echo(tier_table(first, analysis))
+    if counts != [1]:
+        typer.echo("\ngateway instances behind a round-robin balancer:\n")
+        typer.echo(gateways_table(summaries))
     if report is not None:
         context = ReportContext(
             trace=str(trace),
@@ -142,6 +226,9 @@ def replay(
             price=token_price,
             version=kvgate_version(),
             commit=git_commit(Path(__file__).resolve().parent),
+            cpu_blocks=cpu_blocks,
+            disk_blocks=disk_blocks,
+            gateways=tuple(counts),
         )
         write_report_files(
             report,
@@ -163,6 +250,19 @@ def _policies(text: str) -> list[str]:
             param_hint="--policies",
         )
     return names
+
+
+def _gateways(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(count < 1 for count in counts):
+        raise typer.BadParameter(
+            f"want a count of at least 1, or a list of them (1,2,4,8), not {text!r}",
+            param_hint="--gateways",
+        )
+    return counts
 
 
 def _price(text: str | None) -> TokenPrice | None:
