@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from gateway.routing.index import ApproximateIndex
 from gateway.routing.predicted import PredictedIndex
-from gateway.routing.tiers import medium_rank
+from gateway.routing.tiers import CPU, GPU, medium_rank
 
 
 class ExactIndex:
@@ -37,7 +37,9 @@ class ExactIndex:
         self._bits: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self._holders: dict[int, int] = {}
-        self._tiered: set[str] = set()  # replicas that announced a copy outside GPU memory
+        # Replicas that announced a copy outside GPU memory: their blocks held only in host
+        # memory, and only on disk (or another slower tier), kept as the events come.
+        self._slow: dict[str, tuple[set[int], set[int]]] = {}
 
     # -- KvEventSink ---------------------------------------------------------------------
 
@@ -48,17 +50,20 @@ class ExactIndex:
         held = self._held.get(replica)
         if held is None:
             held = self._add(replica)
-        if medium_rank(medium):
-            self._tiered.add(replica)
+        if medium_rank(medium) and replica not in self._slow:
+            self._slow[replica] = (set(), set())
+        slow = self._slow.get(replica)
         bit = self._bits[replica]
         holders = self._holders
         for block in hashes:
             tiers = held.get(block)
             if tiers is None:
-                held[block] = {medium: 1}
+                tiers = held[block] = {medium: 1}
                 holders[block] = holders.get(block, 0) | bit
             else:
                 tiers[medium] = tiers.get(medium, 0) + 1
+            if slow is not None:
+                _classify(slow, block, tiers)
 
     def block_removed(
         self, replica: str, hashes: Sequence[int], *, medium: str | None = None
@@ -68,6 +73,7 @@ class ExactIndex:
         if held is None:
             return
         bit = self._bits[replica]
+        slow = self._slow.get(replica)
         for block in hashes:
             tiers = held.get(block)
             if tiers is None:
@@ -82,6 +88,8 @@ class ExactIndex:
             if not tiers:
                 del held[block]
                 self._unhold(block, bit)
+            if slow is not None:
+                _classify(slow, block, tiers)
 
     def all_blocks_cleared(self, replica: str) -> None:
         """The replica dropped every cached block (reset, or a new process)."""
@@ -92,6 +100,8 @@ class ExactIndex:
         for block in held:
             self._unhold(block, bit)
         held.clear()
+        for blocks in self._slow.get(replica, ()):
+            blocks.clear()
 
     # -- BlockIndex ------------------------------------------------------------------------
 
@@ -115,6 +125,11 @@ class ExactIndex:
         depth = 0
         count = len(hashes)
         while alive:
+            if not alive & (alive - 1):
+                # One replica left (a long conversation's): walk its holdings directly.
+                name = self._names[alive]
+                found[name] = self.extend(name, hashes, depth + 1)
+                break
             depth += 1
             still = holders.get(hashes[depth], 0) & alive if depth < count else 0
             gone = alive & ~still
@@ -142,18 +157,12 @@ class ExactIndex:
         block held only outside GPU memory costs ``1 - weight`` of its fastest tier
         (``weights`` by `gateway.routing.tiers.medium_rank`); one not held costs nothing
         here (it is a prediction: the placement computes it into GPU memory)."""
-        if replica not in self._tiered:
+        slow = self._slow.get(replica)
+        if slow is None or not (slow[0] or slow[1]):
             return 0.0
-        held = self._held[replica]
-        cost = 0.0
-        for i in range(min(depth, len(hashes))):
-            tiers = held.get(hashes[i])
-            if not tiers:
-                continue
-            rank = min(medium_rank(m) for m in tiers)
-            if rank:
-                cost += 1.0 - weights[rank]
-        return cost
+        window = set(hashes[:depth])
+        host, disk = slow
+        return (1.0 - weights[1]) * len(host & window) + (1.0 - weights[2]) * len(disk & window)
 
     def forget(self, replica: str) -> None:
         """Drop a replica and free its slot."""
@@ -164,6 +173,7 @@ class ExactIndex:
         del self._names[bit]
         for block in held:
             self._unhold(block, bit)
+        self._slow.pop(replica, None)
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -191,6 +201,16 @@ class ExactIndex:
             self._holders[block] = rest
         else:
             del self._holders[block]
+
+
+def _classify(slow: tuple[set[int], set[int]], block: int, tiers: dict[str | None, int]) -> None:
+    """File a block by its fastest copy: in GPU memory (neither set), host memory, or slower."""
+    host, disk = slow
+    host.discard(block)
+    disk.discard(block)
+    if not tiers or GPU in tiers or None in tiers:
+        return
+    (host if CPU in tiers else disk).add(block)
 
 
 class RoutingIndex:
@@ -254,7 +274,9 @@ class RoutingIndex:
         fresh = self._fresh
         if not fresh:
             return self.approximate.match_all(hashes)
-        found = {r: n for r, n in self.approximate.match_all(hashes).items() if r not in fresh}
+        found = {}
+        if not fresh.issuperset(self.approximate.replicas()):
+            found = {r: n for r, n in self.approximate.match_all(hashes).items() if r not in fresh}
         exact = self.exact.match_all(hashes)
         if not self.predicted:
             found.update((r, n) for r, n in exact.items() if r in fresh)

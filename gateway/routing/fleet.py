@@ -204,7 +204,7 @@ class Fleet:
             *(read_load(session, r.url, model=model) for r in self.replicas)
         )
         for replica, load in zip(self.replicas, loads, strict=True):
-            replica.load = load
+            replica.read(load)
             if load is not None and load.cache is not None:
                 self.hasher.configure(load.cache)
 

@@ -23,7 +23,7 @@ the slower tiers' share of it costs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import KeysView, Mapping, Sequence
 from typing import Protocol
 
 
@@ -83,6 +83,10 @@ class ApproximateIndex:
 
     def __len__(self) -> int:
         return sum(len(lru) for lru in self._lrus.values())
+
+    def replicas(self) -> KeysView[str]:
+        """The replicas it has learned anything about."""
+        return self._lrus.keys()
 
     def blocks(self, replica: str) -> int:
         """How many blocks the replica is believed to hold."""

@@ -62,6 +62,13 @@ class Replica:
     down_until: float = 0.0
     failures: int = 0
     load: ReplicaLoad | None = None  # its /metrics, when read (other routers' requests too)
+    # This router's placements there less its finishes, since that reading.
+    since_reading: int = 0
+
+    def read(self, load: ReplicaLoad | None) -> None:
+        """A new reading of the replica's own load."""
+        self.load = load
+        self.since_reading = 0
 
     @property
     def url(self) -> str:
@@ -171,12 +178,15 @@ def mark_of(hashes: Sequence[int], depth: int) -> int | None:
 
 def view(replica: Replica, matched_blocks: int, fetch_tokens: float = 0.0) -> ReplicaView:
     """The policy's view of a replica: this router's counts, or the replica's own when
-    they are higher (other routers' requests are there too)."""
+    they are higher (other routers' requests are there too), brought up to date with
+    what this router placed there and saw finish since the reading (without that, every
+    instance of a gateway would send a second's worth of requests to whichever replica
+    read as least loaded)."""
     running, in_flight = replica.running, replica.in_flight
     load = replica.load
     if load is not None:
         running = max(running, load.running)
-        in_flight = max(in_flight, load.running + load.waiting)
+        in_flight = max(in_flight, load.running + load.waiting + replica.since_reading)
     return ReplicaView(
         name=replica.name,
         matched_blocks=matched_blocks,
@@ -246,6 +256,7 @@ class Placer:
         fetch_tokens = round(views[chosen].fetch_tokens)
         queued = max(prompt.prompt_tokens - predicted * prompt.block_tokens, 0) + fetch_tokens
         replica.in_flight += 1
+        replica.since_reading += 1
         replica.queued_prefill_tokens += queued
         placement = Placement(replica=replica, predicted_blocks=predicted, queued_tokens=queued)
         if hashes:
@@ -272,6 +283,7 @@ class Placer:
         placement.finished = True
         replica = placement.replica
         replica.in_flight -= 1
+        replica.since_reading -= 1
         marked = self._marked
         for block in placement.marks:
             left = marked[block] - 1

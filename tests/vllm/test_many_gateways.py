@@ -6,7 +6,9 @@ round robin per connection) in front of two replicas with KV events, real vLLM (
 - a conversation's turns, taken by either instance in turn, each go to the replica that
   holds the conversation, and every prediction equals what the replica reported;
 - the hit rate equals one gateway's: the same sequence (another tenant, so another cache
-  scope) sent through one instance alone hits the same tokens, request by request.
+  scope) sent through one instance alone hits the same tokens, request by request;
+- each instance's hit-rate ceiling counts what the events announced, so no record's
+  routing efficiency is above 100 %.
 """
 
 from __future__ import annotations
@@ -209,6 +211,9 @@ def test_instances_behind_a_balancer_route_as_one_and_hit_as_much(balanced: Bala
     rows = [both[i][1] for _, i in through_balancer]
     # Every prediction, whichever instance made it, is what the replica reported.
     assert [r.predicted_cached_tokens for r in rows] == [r.cache_read_tokens for r in rows]
+    # Each instance's ceiling saw the other's traffic (in the replicas' events): routing
+    # efficiency is never above 100 % on either.
+    assert all(r.ceiling_cached_tokens >= r.cache_read_tokens for r in rows)
     # A conversation's later turns go to the replica holding it, whoever takes them.
     home: dict[int, str] = {}
     for (conversation, _), row in zip(through_balancer, rows, strict=True):

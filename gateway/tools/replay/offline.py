@@ -293,7 +293,7 @@ class _Simulation:
         loads = [ReplicaLoad(running=e.seated, waiting=len(e.waiting)) for e in self.engines]
         for router in self.routers:
             for replica, load in zip(router.placer.replicas, loads, strict=True):
-                replica.load = load
+                replica.read(load)
 
     def _route(self, rid: int, now: float) -> None:
         request = self.requests[rid]
