@@ -115,7 +115,7 @@ def report(name: str, medians: dict[str, float], blocks: int) -> None:
     print("| served from | TTFT (s) | per block over a GPU hit (ms) | weight |")
     print("| --- | ---: | ---: | ---: |")
     print(f"| recomputed | {medians['cold']:.4f} | {1000 * prefill:.2f} | 0 |")
-    print(f"| GPU memory | {medians['gpu']:.4f} | 0 | 1 |")
+    print(f"| the device's prefix cache | {medians['gpu']:.4f} | 0 | 1 |")
     for tier in ("host", "disk"):
         if tier in medians:
             fetch = (medians[tier] - medians["gpu"]) / blocks
@@ -164,8 +164,8 @@ def measure_vllm() -> None:
         try:
             wait_ready(offload, timeout_s=400)
             print("\nvLLM's OffloadingConnector started on the CPU build")
-        except VllmUnavailable as exc:
-            errors = [line for line in str(exc).splitlines() if "Exception:" in line]
+        except VllmUnavailable:
+            errors = [line for line in offload.output().splitlines() if "Exception:" in line]
             print(f"\nvLLM's OffloadingConnector does not start on the CPU build: {errors[:1]}")
 
 
