@@ -32,13 +32,9 @@ from gateway.tools.replay.report import (
 )
 from gateway.tools.replay.report import write_report as write_report_files
 from gateway.tools.replay.trace import TraceRequest, load_trace
-from gateway.tools.sim.timing import TimingModel
+from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
 
 DEFAULT_POLICIES = "kv-aware,round-robin,least-loaded,random"
-# A 512-token block of an 8B model's KV (128 KiB a token: 64 MiB) over PCIe 4.0 x16 at
-# ~24 GB/s, and from an NVMe drive at ~6 GB/s.
-DEFAULT_CPU_BLOCK_MS = 2.7
-DEFAULT_DISK_BLOCK_MS = 11.0
 
 
 def replay(
@@ -108,13 +104,13 @@ def replay(
         typer.Option(help="Host-memory tier per replica, in blocks: keeps what GPU evicts.", min=0),
     ] = 0,
     cpu_block_ms: Annotated[
-        float,
+        float | None,
         typer.Option(
-            help="Loading one block from host memory, in ms (default: a 512-token block of "
-            "an 8B model over PCIe 4.0, 64 MiB at ~24 GB/s).",
+            help="Loading one block from host memory, in ms (default: an 8B model's KV over "
+            "PCIe 4.0, 2.7 ms for 512 tokens, scaled to --block-tokens).",
             min=0,
         ),
-    ] = DEFAULT_CPU_BLOCK_MS,
+    ] = None,
     disk_blocks: Annotated[
         int,
         typer.Option(
@@ -122,13 +118,13 @@ def replay(
         ),
     ] = 0,
     disk_block_ms: Annotated[
-        float,
+        float | None,
         typer.Option(
-            help="Loading one block from disk, in ms (default: 64 MiB from an NVMe drive at "
-            "~6 GB/s).",
+            help="Loading one block from disk, in ms (default: from NVMe, 11 ms for 512 "
+            "tokens, scaled to --block-tokens).",
             min=0,
         ),
-    ] = DEFAULT_DISK_BLOCK_MS,
+    ] = None,
     gateways: Annotated[
         str,
         typer.Option(
@@ -160,8 +156,10 @@ def replay(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
-        cpu_block_ms=cpu_block_ms if cpu_blocks else 0.0,
-        disk_block_ms=disk_block_ms if disk_blocks else 0.0,
+        cpu_block_ms=_load_ms(cpu_block_ms, HOST_MS_PER_TOKEN, block_tokens) if cpu_blocks else 0.0,
+        disk_block_ms=_load_ms(disk_block_ms, DISK_MS_PER_TOKEN, block_tokens)
+        if disk_blocks
+        else 0.0,
     )
     config = offline.ReplayConfig(
         replicas=replicas,
@@ -250,6 +248,10 @@ def _policies(text: str) -> list[str]:
             param_hint="--policies",
         )
     return names
+
+
+def _load_ms(given: float | None, per_token: float, block_tokens: int) -> float:
+    return block_tokens * per_token if given is None else given
 
 
 def _gateways(text: str) -> list[int]:
