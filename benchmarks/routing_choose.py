@@ -5,7 +5,10 @@ A 32,000-token prompt (~128,000 characters of chat, text mode, 64-character chun
 prompt, the others only its first chunks, so the index walk is as long as it gets in
 practice. Prints median and p99 per stage and for the whole path, over many runs; last,
 the gateway's own `Fleet` (route + place + finish: hashing, the ceiling, the shared
-placement code with its views and the index's record of the placement).
+placement code with its views and the index's record of the placement), as built for
+text mode, and for exact mode with tiers: the same holdings announced by KV events, the
+long match held in host memory (its fetch priced block by block), and each placement
+predicted on route.
 
     PYTHONPATH=. .venv/bin/python benchmarks/routing_choose.py
 """
@@ -121,11 +124,25 @@ def main() -> None:
         return placement.replica.name
 
     timed("the gateway's Fleet: route + place + finish", place)
-    print(f"\nchosen: {names[route()]}; by the Fleet: {place()}")
+    tiered = gateway_fleet(messages, exact=True)
+
+    def place_tiered() -> str:
+        routed = tiered.route(
+            ChatPrompt(messages), cache_salt="tenant-salt", request_id="r", interaction_id="i"
+        )
+        placement = tiered.place(routed)
+        tiered.finish(placement)
+        return placement.replica.name
+
+    timed("the Fleet, exact mode, the long match in host memory", place_tiered)
+    print(
+        f"\nchosen: {names[route()]}; by the Fleet: {place()}; exact and tiered: {place_tiered()}"
+    )
 
 
-def gateway_fleet(messages: list[dict[str, str]]) -> Fleet:
-    """The live fleet over the same 16 replicas, its index filled the same way."""
+def gateway_fleet(messages: list[dict[str, str]], *, exact: bool = False) -> Fleet:
+    """The live fleet over the same 16 replicas, its index filled the same way: learned
+    (text mode), or announced by KV events with replica 3's long match in host memory."""
     urls = tuple(f"http://10.0.0.{i}:8000" for i in range(REPLICAS))
     config = FleetConfig(
         name="m", replicas=urls, upstream_model="llama-3.1-8b", capacity_blocks=4_000
@@ -136,8 +153,15 @@ def gateway_fleet(messages: list[dict[str, str]]) -> Fleet:
     ).prompt.hashes
     rng = random.Random(5)
     for i, url in enumerate(urls):
-        fleet.index.record(url, [rng.getrandbits(64) for _ in range(2_000)])
-        fleet.index.record(url, hashes[: len(hashes) * 3 // 4] if i == 3 else hashes[:30])
+        other = [rng.getrandbits(64) for _ in range(2_000)]
+        held = hashes[: len(hashes) * 3 // 4] if i == 3 else hashes[:30]
+        if exact:
+            fleet.index.set_fresh(url, True)
+            fleet.index.block_stored(url, other, medium="GPU")
+            fleet.index.block_stored(url, held, medium="CPU" if i == 3 else "GPU")
+        else:
+            fleet.index.record(url, other)
+            fleet.index.record(url, held)
     return fleet
 
 

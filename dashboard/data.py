@@ -5,13 +5,13 @@ The benchmark (``benchmarks/dashboard.py``) times these same functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from dashboard.view import View
 from gateway import billing
 from gateway.db import crud, lookups
-from gateway.db.figures import latency, prices, replicas, spend
+from gateway.db.figures import latency, prices, replicas, spend, tiers
 from gateway.db.figures.latency import Ttft
 from gateway.db.figures.prices import PaidRate, Unpriced
 from gateway.db.figures.replicas import Replica, ReplicaFigures
@@ -80,12 +80,14 @@ def models(session: Session, view: View) -> Models:
 class Routing:
     replicas: list[Replica]
     trend: list[tuple[datetime, ReplicaFigures]]
+    tiers: list[tiers.TierFigures] = field(default_factory=list)
 
 
 def routing(session: Session, view: View) -> Routing:
     return Routing(
         replicas=replicas.by_replica(session, view.scope),
         trend=replicas.routing_trend(session, view.scope, view.edges()),
+        tiers=tiers.by_replica(session, view.scope),
     )
 
 

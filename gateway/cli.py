@@ -135,18 +135,44 @@ def sim(
         typer.Option(help="Answer KV event replay requests on this ZMQ endpoint (bound)."),
     ] = None,
     kv_events_topic: Annotated[str, typer.Option(help="KV events topic.")] = "",
+    cpu_blocks: Annotated[
+        int, typer.Option(help="Host-memory tier: blocks that keep what GPU memory evicts.", min=0)
+    ] = 0,
+    cpu_block_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Loading one block from host memory, in ms (default: an 8B model's KV over "
+            "PCIe 4.0, 2.7 ms for 512 tokens, scaled to --block-size).",
+            min=0,
+        ),
+    ] = None,
+    disk_blocks: Annotated[
+        int, typer.Option(help="Disk tier below host memory, in blocks.", min=0)
+    ] = 0,
+    disk_block_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Loading one block from disk, in ms (default: from NVMe, 11 ms for 512 "
+            "tokens, scaled to --block-size).",
+            min=0,
+        ),
+    ] = None,
 ) -> None:
     """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
     from gateway.tools.sim.events import KvEventsConfig
     from gateway.tools.sim.server import SimConfig
     from gateway.tools.sim.server import serve as serve_sim
-    from gateway.tools.sim.timing import TimingModel
+    from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
 
     timing = TimingModel(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
+        cpu_block_ms=block_size * HOST_MS_PER_TOKEN if cpu_block_ms is None else cpu_block_ms,
+        disk_block_ms=block_size * DISK_MS_PER_TOKEN if disk_block_ms is None else disk_block_ms,
     )
+    if disk_blocks and not cpu_blocks:
+        fail("--disk-blocks needs --cpu-blocks: the disk tier keeps what host memory evicts")
     kv_events = (
         None
         if kv_events_endpoint is None
@@ -160,6 +186,8 @@ def sim(
             timing=timing,
             max_model_len=max_model_len,
             kv_events=kv_events,
+            cpu_blocks=cpu_blocks,
+            disk_blocks=disk_blocks,
         ),
         host=host,
         port=port,

@@ -85,6 +85,15 @@ class Deployment(BaseModel):
     kv_events: tuple[KvEvents, ...] = ()
     # The replicas' PYTHONHASHSEED, if they run with one set (it seeds vLLM's block hashes).
     hash_seed: str | None = None
+    # Cache tiers below GPU memory, in blocks per replica (vLLM's offloading connector's
+    # host memory, then disk): the approximate index mirrors them; with KV events the
+    # events name each block's tier. tier_weights: what a hit in each tier saves, as a
+    # share of its prefill ("cpu", "storage"; gateway/routing/tiers.py has the defaults).
+    cpu_blocks: int = Field(default=0, ge=0)
+    disk_blocks: int = Field(default=0, ge=0)
+    tier_weights: dict[str, float] = Field(default_factory=dict)
+    # How long a placement on a replica with KV events is believed before they confirm it.
+    prediction_ttl_s: float = Field(default=5.0, gt=0)
     timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
 

@@ -52,6 +52,8 @@ def test_the_expected_services_and_profiles_exist() -> None:
         "postgres",
         "migrate",
         "gateway",
+        "gateway-2",
+        "balancer",
         "dashboard",
         "sim-1",
         "sim-2",
@@ -61,13 +63,59 @@ def test_the_expected_services_and_profiles_exist() -> None:
     assert SERVICES["sim-1"]["profiles"] == ["sim"] and SERVICES["vllm-1"]["profiles"] == ["gpu"]
 
 
-@pytest.mark.parametrize("service", ["gateway", "dashboard", "sim-1", "sim-2"])
+@pytest.mark.parametrize("service", ["gateway", "gateway-2", "dashboard", "sim-1", "sim-2"])
 def test_kvgate_commands_parse_with_the_real_cli(service: str) -> None:
     ctx = parse(SERVICES[service]["command"])
     assert ctx.command.name == SERVICES[service]["command"][0]
     assert ctx.params["host"] == "0.0.0.0"
-    if service in ("gateway", "dashboard"):
+    if service == "dashboard":
         assert published(service) == {ctx.params["port"]}
+    if service.startswith("gateway"):
+        assert SERVICES[service]["expose"] == [str(ctx.params["port"])]
+
+
+def test_two_gateway_instances_sit_behind_the_balancer_each_with_its_own_journal() -> None:
+    """The balancer proxies TCP to both instances' ports and is the one published; the
+    instances run the same command and configuration, each with its own journal."""
+    conf = COMPOSE["configs"]["balancer"]["content"]
+    targets = re.findall(r"server (\S+):(\d+);", conf)
+    assert sorted(targets) == [("gateway", "8000"), ("gateway-2", "8000")]
+    for host, port in targets:
+        assert parse(SERVICES[host]["command"]).params["port"] == int(port)
+        assert published(host) == set()
+    listen = int(re.search(r"listen (\d+);", conf).group(1))  # type: ignore[union-attr]
+    assert published("balancer") == {listen} == {8000}
+    assert "stream {" in conf and "http {" not in conf  # L4: no HTTP buffering in between
+    one, two = SERVICES["gateway"], SERVICES["gateway-2"]
+    assert (one["command"], one["environment"], one["configs"]) == (
+        two["command"],
+        two["environment"],
+        two["configs"],
+    )
+    journal = one["environment"]["KVGATE_JOURNAL_DIR"]
+    mounts = [
+        {v.split(":")[0] for v in s["volumes"] if v.endswith(":" + journal)} for s in (one, two)
+    ]
+    assert mounts == [{"journal"}, {"journal-2"}]
+
+
+def test_both_fleets_route_in_exact_mode_so_the_instances_agree(tmp_path: Path) -> None:
+    model_dir = tmp_path / "llama-3.1-8b-instruct"
+    model_dir.mkdir()
+    (model_dir / "tokenizer.json").write_text("{}")
+    for name in ("kvgate-sim", "kvgate-gpu"):
+        (model,) = config(name, models_dir=tmp_path).models
+        assert len(model.kv_events) == len(model.replicas), name
+    (model,) = config("kvgate-sim").models
+    for url, events in zip(model.replica_urls, model.kv_events, strict=True):
+        host = urlparse(url).hostname
+        ctx = parse(SERVICES[host]["command"])
+        assert urlparse(events.endpoint).port == urlparse(ctx.params["kv_events_endpoint"]).port
+        assert (
+            urlparse(events.replay_endpoint).port
+            == urlparse(ctx.params["kv_events_replay_endpoint"]).port
+        )
+        assert events.topic == ctx.params["kv_events_topic"]
 
 
 def test_the_migrate_step_runs_real_commands() -> None:

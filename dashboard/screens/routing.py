@@ -110,6 +110,31 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         )
         st.caption(f"Reported / predicted: {formatting.percent(accuracy)}.")
 
+    if routing.tiers:
+        # Only replicas that say where their cached tokens came from (kvgate sim with
+        # lower tiers; vLLM 0.32 does not, per request).
+        st.header("Cached tokens by tier")
+        st.dataframe(
+            [
+                {
+                    "model": t.model,
+                    "replica": t.upstream,
+                    "requests": t.requests,
+                    "GPU": t.share(t.gpu_tokens),
+                    "host memory": t.share(t.host_tokens),
+                    "disk": t.share(t.disk_tokens),
+                    "cached tokens": t.cached_tokens,
+                }
+                for t in routing.tiers
+            ],
+            hide_index=True,
+            key="tiers",
+            column_config={
+                name: st.column_config.NumberColumn(format="percent")
+                for name in ("GPU", "host memory", "disk")
+            },
+        )
+
     st.header("Achieved vs ceiling over time")
     if not any(f.ceiling_requests for _, f in routing.trend):
         st.info(NO_ROUTING, icon=":material/info:")

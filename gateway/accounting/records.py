@@ -48,6 +48,10 @@ class Record:
     # Whether the router counted prediction and ceiling in the replica's own tokens (its
     # tokenizer) or estimated them from character blocks (text mode); None without them.
     ceiling_exact: bool | None = None
+    # Of cache_read_tokens, those served from host memory and from disk (the rest from GPU
+    # memory), where the replica reports them; None where it does not.
+    cache_read_host_tokens: int | None = None
+    cache_read_disk_tokens: int | None = None
     stream: bool = False
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

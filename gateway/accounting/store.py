@@ -66,6 +66,8 @@ def record_row(record: Record) -> dict[str, Any]:
         "predicted_cached_tokens": record.predicted_cached_tokens,
         "ceiling_cached_tokens": ceiling,
         "ceiling_exact": record.ceiling_exact if ceiling is not None else None,
+        "cache_read_host_tokens": record.cache_read_host_tokens,
+        "cache_read_disk_tokens": record.cache_read_disk_tokens,
         "price_id": record.price_id,
         "rate_class": record.rate_class,
         "cost_uncached": cost.uncached,

@@ -179,6 +179,10 @@ class RequestRow(Base):
     # from character blocks, the router having no tokenizer); NULL with no ceiling, or
     # recorded before kvgate kept it.
     ceiling_exact: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    # Of cache_read_tokens, those the replica served from host memory and from disk (the
+    # rest came from GPU memory); NULL where the replica does not report tiers.
+    cache_read_host_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    cache_read_disk_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     price_id: Mapped[str | None] = mapped_column(String(300), default=None)
     # The entry's rate set the costs were computed with: standard, long_context or a tier
     # (None: recorded before kvgate kept it; such rows were priced by their service tier).
@@ -256,6 +260,12 @@ class ReplicaHourRow(Base):
     ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
     ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
     exact_ceiling_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    # Requests whose replica reported cached tokens by tier, their cached tokens, and of
+    # those the host memory's and the disk's (GPU memory's: the rest).
+    tier_requests: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    tier_cache_read_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    host_cached_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    disk_cached_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class TtftHourRow(Base):

@@ -8,8 +8,15 @@ GPU, CPU, ...) each copy sits in. vLLM can hold one hash in two physical blocks 
 counted: a hash is held until its last copy is removed.
 
 `RoutingIndex` is what a fleet asks: for a replica whose event consumer is in sync
-(``fresh``) the exact holdings; otherwise the approximate index, which keeps learning
-from every placement either way so that it is warm when it is needed.
+(``fresh``) the exact holdings together with what this router placed there and the
+events have not announced yet (`gateway.routing.predicted`: predict on route); otherwise
+the approximate index, which keeps learning from every placement either way so that it
+is warm when it is needed. It is the KV event sink: a stored block confirms a
+prediction.
+
+Tiers: a matched block is credited by its fastest copy's tier (`gateway.routing.tiers`);
+`fetch_blocks` says how many blocks' worth of prefill fetching a match from slower tiers
+costs. Replicas that never announced a copy outside GPU memory cost nothing to ask.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.routing.index import ApproximateIndex
+from gateway.routing.predicted import PredictedIndex
+from gateway.routing.tiers import CPU, GPU, medium_rank
 
 
 class ExactIndex:
@@ -28,6 +37,9 @@ class ExactIndex:
         self._bits: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self._holders: dict[int, int] = {}
+        # Replicas that announced a copy outside GPU memory: their blocks held only in host
+        # memory, and only on disk (or another slower tier), kept as the events come.
+        self._slow: dict[str, tuple[set[int], set[int]]] = {}
 
     # -- KvEventSink ---------------------------------------------------------------------
 
@@ -38,15 +50,20 @@ class ExactIndex:
         held = self._held.get(replica)
         if held is None:
             held = self._add(replica)
+        if medium_rank(medium) and replica not in self._slow:
+            self._slow[replica] = (set(), set())
+        slow = self._slow.get(replica)
         bit = self._bits[replica]
         holders = self._holders
         for block in hashes:
             tiers = held.get(block)
             if tiers is None:
-                held[block] = {medium: 1}
+                tiers = held[block] = {medium: 1}
                 holders[block] = holders.get(block, 0) | bit
             else:
                 tiers[medium] = tiers.get(medium, 0) + 1
+            if slow is not None:
+                _classify(slow, block, tiers)
 
     def block_removed(
         self, replica: str, hashes: Sequence[int], *, medium: str | None = None
@@ -56,6 +73,7 @@ class ExactIndex:
         if held is None:
             return
         bit = self._bits[replica]
+        slow = self._slow.get(replica)
         for block in hashes:
             tiers = held.get(block)
             if tiers is None:
@@ -70,6 +88,8 @@ class ExactIndex:
             if not tiers:
                 del held[block]
                 self._unhold(block, bit)
+            if slow is not None:
+                _classify(slow, block, tiers)
 
     def all_blocks_cleared(self, replica: str) -> None:
         """The replica dropped every cached block (reset, or a new process)."""
@@ -80,6 +100,8 @@ class ExactIndex:
         for block in held:
             self._unhold(block, bit)
         held.clear()
+        for blocks in self._slow.get(replica, ()):
+            blocks.clear()
 
     # -- BlockIndex ------------------------------------------------------------------------
 
@@ -103,6 +125,11 @@ class ExactIndex:
         depth = 0
         count = len(hashes)
         while alive:
+            if not alive & (alive - 1):
+                # One replica left (a long conversation's): walk its holdings directly.
+                name = self._names[alive]
+                found[name] = self.extend(name, hashes, depth + 1)
+                break
             depth += 1
             still = holders.get(hashes[depth], 0) & alive if depth < count else 0
             gone = alive & ~still
@@ -113,6 +140,30 @@ class ExactIndex:
             alive = still
         return found
 
+    def extend(self, replica: str, hashes: Sequence[int], start: int) -> int:
+        """Where the run of held blocks from ``start`` ends."""
+        held = self._held.get(replica)
+        if not held:
+            return start
+        depth, count = start, len(hashes)
+        while depth < count and hashes[depth] in held:
+            depth += 1
+        return depth
+
+    def fetch_blocks(
+        self, replica: str, hashes: Sequence[int], depth: int, weights: Sequence[float]
+    ) -> float:
+        """Blocks' worth of prefill that fetching the first ``depth`` blocks costs: each
+        block held only outside GPU memory costs ``1 - weight`` of its fastest tier
+        (``weights`` by `gateway.routing.tiers.medium_rank`); one not held costs nothing
+        here (it is a prediction: the placement computes it into GPU memory)."""
+        slow = self._slow.get(replica)
+        if slow is None or not (slow[0] or slow[1]):
+            return 0.0
+        window = set(hashes[:depth])
+        host, disk = slow
+        return (1.0 - weights[1]) * len(host & window) + (1.0 - weights[2]) * len(disk & window)
+
     def forget(self, replica: str) -> None:
         """Drop a replica and free its slot."""
         held = self._held.pop(replica, None)
@@ -122,6 +173,7 @@ class ExactIndex:
         del self._names[bit]
         for block in held:
             self._unhold(block, bit)
+        self._slow.pop(replica, None)
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -151,12 +203,30 @@ class ExactIndex:
             del self._holders[block]
 
 
-class RoutingIndex:
-    """Exact holdings for replicas whose events are in sync, the approximate index else."""
+def _classify(slow: tuple[set[int], set[int]], block: int, tiers: dict[str | None, int]) -> None:
+    """File a block by its fastest copy: in GPU memory (neither set), host memory, or slower."""
+    host, disk = slow
+    host.discard(block)
+    disk.discard(block)
+    if not tiers or GPU in tiers or None in tiers:
+        return
+    (host if CPU in tiers else disk).add(block)
 
-    def __init__(self, approximate: ApproximateIndex, exact: ExactIndex | None = None) -> None:
+
+class RoutingIndex:
+    """Exact holdings (and this router's predictions) for replicas whose events are in
+    sync, the approximate index else; the KV event sink of every replica."""
+
+    def __init__(
+        self,
+        approximate: ApproximateIndex,
+        exact: ExactIndex | None = None,
+        *,
+        predicted: PredictedIndex | None = None,
+    ) -> None:
         self.approximate = approximate
         self.exact = exact if exact is not None else ExactIndex()
+        self.predicted = predicted if predicted is not None else PredictedIndex()
         self._fresh: set[str] = set()
 
     def set_fresh(self, replica: str, fresh: bool) -> None:
@@ -174,30 +244,96 @@ class RoutingIndex:
     def fresh_replicas(self) -> frozenset[str]:
         return frozenset(self._fresh)
 
+    # -- KvEventSink: the exact index, and predictions confirmed -----------------------
+
+    def block_stored(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None:
+        """The replica announced blocks: held exactly, predicted no more."""
+        self.exact.block_stored(replica, hashes, medium=medium)
+        if self.predicted:
+            self.predicted.settle(replica, hashes)
+
+    def block_removed(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None:
+        self.exact.block_removed(replica, hashes, medium=medium)
+
+    def all_blocks_cleared(self, replica: str) -> None:
+        self.exact.all_blocks_cleared(replica)
+        self.predicted.forget(replica)
+
+    # -- what the router asks ----------------------------------------------------------
+
     def match(self, replica: str, hashes: Sequence[int]) -> int:
         if replica in self._fresh:
-            return self.exact.match(replica, hashes)
+            return self._union(replica, hashes, self.exact.match(replica, hashes))
         return self.approximate.match(replica, hashes)
 
     def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
         fresh = self._fresh
         if not fresh:
             return self.approximate.match_all(hashes)
-        found = {r: n for r, n in self.approximate.match_all(hashes).items() if r not in fresh}
-        found.update((r, n) for r, n in self.exact.match_all(hashes).items() if r in fresh)
+        found = {}
+        if not fresh.issuperset(self.approximate.replicas()):
+            found = {r: n for r, n in self.approximate.match_all(hashes).items() if r not in fresh}
+        exact = self.exact.match_all(hashes)
+        if not self.predicted:
+            found.update((r, n) for r, n in exact.items() if r in fresh)
+            return found
+        predicted = self.predicted.match_all(hashes)
+        for replica in exact.keys() | predicted.keys():
+            if replica in fresh:
+                found[replica] = self._union(replica, hashes, exact.get(replica, 0))
         return found
 
-    def record(self, replica: str, hashes: Sequence[int]) -> None:
-        """A placement: the approximate index learns it (events will confirm it, or not)."""
+    def _union(self, replica: str, hashes: Sequence[int], depth: int) -> int:
+        """The leading run of blocks held or predicted, from a run ``depth`` long held."""
+        predicted, exact = self.predicted, self.exact
+        if not predicted:
+            return depth
+        while True:
+            further = predicted.extend(replica, hashes, depth)
+            if further == depth:
+                return depth
+            depth = exact.extend(replica, hashes, further)
+
+    def fetch_blocks(
+        self, replica: str, hashes: Sequence[int], depth: int, weights: Sequence[float]
+    ) -> float:
+        """Blocks' worth of prefill that fetching the match from slower tiers costs."""
+        if replica in self._fresh:
+            return self.exact.fetch_blocks(replica, hashes, depth, weights)
+        return self.approximate.fetch_blocks(replica, hashes, depth, weights)
+
+    def record(
+        self, replica: str, hashes: Sequence[int], *, now: float = 0.0, start: int = 0
+    ) -> None:
+        """A placement: the approximate index learns it (events will confirm it, or not);
+        on a replica followed by its events, the blocks from ``start`` (those not known
+        held there) are predicted until they do."""
         self.approximate.record(replica, hashes)
+        if replica in self._fresh:
+            self.predicted.predict(replica, hashes[start:], now=now)
+
+    def expire(self, now: float) -> None:
+        """Predictions past their time go."""
+        if self.predicted:
+            self.predicted.expire(now)
 
     def correct(
         self, replica: str, hashes: Sequence[int], reported_blocks: int, *, predicted_blocks: int
     ) -> None:
+        """The replica's report: the approximate index corrected; blocks it did not have
+        are predicted there no more."""
         self.approximate.correct(
             replica, hashes, reported_blocks, predicted_blocks=predicted_blocks
         )
+        if reported_blocks < predicted_blocks and self.predicted:
+            self.predicted.settle(replica, hashes[reported_blocks:])
 
     def forget(self, replica: str) -> None:
-        """A replica went away: the approximate guesses go; its events say what it holds."""
+        """A replica went away: the approximate guesses and the predictions go; its events
+        say what it holds."""
         self.approximate.forget(replica)
+        self.predicted.forget(replica)

@@ -5,7 +5,9 @@ of each request (`gateway.routing.placement`, the code replay runs too).
     place ─▶ Placer: views, policy.choose, in flight, queued prefill, index.record
     first token ─▶ queued prefill becomes a running sequence
     usage ─▶ learn: index.correct (a replica that reports less than predicted has evicted)
-    KV events ─▶ exact holdings, used for replicas whose event stream is in sync
+    KV events ─▶ exact holdings, used for replicas whose event stream is in sync; a
+                 stored block confirms a prediction, and counts as seen for the ceiling
+                 (so that instances behind one balancer share the ceiling's view)
     /metrics ─▶ the replica's own running and waiting counts, block size, hash algorithm
 
 Everything here runs on the event loop and is O(replicas + prompt blocks) per request.
@@ -37,6 +39,7 @@ from gateway.routing.placement import (
     make_route,
     tokens_for_blocks,
 )
+from gateway.routing.predicted import PredictedIndex
 from gateway.routing.prompts import SIM_TOKENIZER, Prompt, PromptHasher
 
 if TYPE_CHECKING:
@@ -75,12 +78,16 @@ class Fleet:
             # the simulator's are the deployment's.
             configured=config.tokenizer in (None, SIM_TOKENIZER),
         )
-        self.index = RoutingIndex(ApproximateIndex(config.capacity_blocks))
+        self.index = RoutingIndex(
+            ApproximateIndex(config.capacity_blocks, lower=config.lower_blocks),
+            predicted=PredictedIndex(config.prediction_ttl_s),
+        )
         self.placer = Placer(
             self.replicas,
             self.index,
             policy=config.policy,
             tunables=config.tunables,
+            tier_weights=config.tier_weights,
             name=config.name,
         )
         self.ceiling = ceiling or HitCeiling()
@@ -162,7 +169,7 @@ class Fleet:
             return  # a worker with another configuration: not this fleet's replica
         if kind == PLACED:
             self.ceiling.observe(self.name, hashes)
-            self.index.record(replica, hashes)
+            self.index.record(replica, hashes, now=time.monotonic())
         elif kind == CORRECTED:
             self.index.correct(replica, hashes, reported, predicted_blocks=predicted)
 
@@ -183,8 +190,9 @@ class Fleet:
         # ZeroMQ (60 ms to import) only for deployments that publish KV events.
         from gateway.routing.kv_events import KvEventConsumer
 
+        sink = _EventSink(self.index, self.ceiling, self.name)
         self.consumers = [
-            KvEventConsumer(source, self.index.exact, on_fresh=self.index.set_fresh)
+            KvEventConsumer(source, sink, on_fresh=self.index.set_fresh)
             for source in self.config.kv_events
         ]
         return self.consumers
@@ -196,7 +204,7 @@ class Fleet:
             *(read_load(session, r.url, model=model) for r in self.replicas)
         )
         for replica, load in zip(self.replicas, loads, strict=True):
-            replica.load = load
+            replica.read(load)
             if load is not None and load.cache is not None:
                 self.hasher.configure(load.cache)
 
@@ -239,3 +247,26 @@ class Fleet:
                 self.mark_down(replica)
 
         await asyncio.gather(*(check(r) for r in self.replicas))
+
+
+class _EventSink:
+    """A replica's KV events: into the routing index; stored blocks seen by the ceiling."""
+
+    def __init__(self, index: RoutingIndex, ceiling: HitCeiling, scope: str) -> None:
+        self.index = index
+        self.ceiling = ceiling
+        self.scope = scope
+
+    def block_stored(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None:
+        self.index.block_stored(replica, hashes, medium=medium)
+        self.ceiling.seen(self.scope, hashes)
+
+    def block_removed(
+        self, replica: str, hashes: Sequence[int], *, medium: str | None = None
+    ) -> None:
+        self.index.block_removed(replica, hashes, medium=medium)
+
+    def all_blocks_cleared(self, replica: str) -> None:
+        self.index.all_blocks_cleared(replica)

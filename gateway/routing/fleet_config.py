@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from gateway.routing.policy import DEFAULT_MAX_NUM_SEQS, DEFAULT_TUNABLES, POLICIES, Tunables
+from gateway.routing.predicted import DEFAULT_PREDICTION_TTL_S
+from gateway.routing.tiers import DEFAULT_TIER_WEIGHTS, TierWeights
 
 
 class FleetConfigError(ValueError):
@@ -43,6 +45,14 @@ class FleetConfig:
     tokenizer: str | None = None
     kv_events: tuple[KvEventSource, ...] = ()  # one per replica, or none
     hash_seed: str | None = None  # the replicas' PYTHONHASHSEED, if they set one
+    # Lower tiers each replica keeps evicted blocks in (approximate mode mirrors them;
+    # in exact mode the KV events name each block's tier): host memory, then disk.
+    cpu_blocks: int = 0
+    disk_blocks: int = 0
+    tier_weights: TierWeights = DEFAULT_TIER_WEIGHTS  # what a hit in each tier saves
+    # How long a placement on a replica followed by KV events is believed before they
+    # announce it (predict on route).
+    prediction_ttl_s: float = DEFAULT_PREDICTION_TTL_S
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -59,6 +69,15 @@ class FleetConfig:
         ):
             if value < 1:
                 raise FleetConfigError(f"model {self.name!r}: {what} must be at least 1")
+        if self.cpu_blocks < 0 or self.disk_blocks < 0:
+            raise FleetConfigError(f"model {self.name!r}: cpu_blocks and disk_blocks must be >= 0")
+        if self.disk_blocks and not self.cpu_blocks:
+            raise FleetConfigError(
+                f"model {self.name!r}: disk_blocks needs cpu_blocks (the disk keeps what "
+                "host memory evicts)"
+            )
+        if self.prediction_ttl_s <= 0:
+            raise FleetConfigError(f"model {self.name!r}: prediction_ttl_s must be positive")
         if self.kv_events and [e.replica for e in self.kv_events] != list(self.replicas):
             raise FleetConfigError(
                 f"model {self.name!r}: kv_events needs one entry per replica, in their order"
@@ -68,6 +87,11 @@ class FleetConfig:
     def served_name(self) -> str:
         """The model name the replicas know."""
         return self.upstream_model or self.name
+
+    @property
+    def lower_blocks(self) -> tuple[int, ...]:
+        """The lower tiers' capacities per replica, host memory first."""
+        return tuple(b for b in (self.cpu_blocks, self.disk_blocks) if b)
 
 
 def tunables(values: Mapping[str, float], *, model: str) -> Tunables:
@@ -83,3 +107,19 @@ def tunables(values: Mapping[str, float], *, model: str) -> Tunables:
         return Tunables(**values)  # type: ignore[arg-type]  # names checked above
     except ValueError as exc:
         raise FleetConfigError(f"model {model!r}: tunables: {exc}") from None
+
+
+def tier_weights(values: Mapping[str, float], *, model: str) -> TierWeights:
+    """Tier weights from a deployment's mapping (``cpu``, ``storage``); defaults for the
+    rest; a name or value refused is said."""
+    known = [f.name for f in fields(TierWeights)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise FleetConfigError(
+            f"model {model!r}: unknown tier weight {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(known)}"
+        )
+    try:
+        return TierWeights(**values)  # names checked above
+    except ValueError as exc:
+        raise FleetConfigError(f"model {model!r}: {exc}") from None

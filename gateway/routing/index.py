@@ -12,12 +12,18 @@ Two ways to know, one interface (`BlockIndex`) for the policy's caller:
 Matching a prompt against every replica is the hot path. Each block hash maps to a bit
 mask of the replicas holding it, so `match_all` walks the prompt's chain once, however
 many replicas there are, and stops as soon as no replica holds the next block.
+
+Tiers (a deployment's ``cpu_blocks`` / ``disk_blocks``): the approximate index mirrors
+the replica's tiers as the simulated replica keeps them (`gateway.tools.sim.cache`): what
+its GPU LRU evicts moves to a host-memory LRU, what that evicts to a disk LRU; a block
+placed again moves back up. A match counts blocks in any tier; `fetch_blocks` says what
+the slower tiers' share of it costs.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import KeysView, Mapping, Sequence
 from typing import Protocol
 
 
@@ -56,12 +62,20 @@ class ApproximateIndex:
     """Per-replica LRU of the blocks this router sent there, bounded by capacity."""
 
     def __init__(
-        self, capacity_blocks: int, *, capacities: Mapping[str, int] | None = None
+        self,
+        capacity_blocks: int,
+        *,
+        capacities: Mapping[str, int] | None = None,
+        lower: Sequence[int] = (),
     ) -> None:
         if capacity_blocks < 1:
             raise ValueError("capacity_blocks must be at least 1")
+        if any(blocks < 1 for blocks in lower):
+            raise ValueError("a lower tier needs at least 1 block")
         self._default_capacity = capacity_blocks
         self._capacities = dict(capacities or {})
+        self.lower_capacity = tuple(lower)  # per replica: host memory, then disk
+        self._lower: dict[str, list[OrderedDict[int, None]]] = {}
         self._lrus: dict[str, OrderedDict[int, None]] = {}
         self._bits: dict[str, int] = {}
         self._names: dict[int, str] = {}
@@ -69,6 +83,10 @@ class ApproximateIndex:
 
     def __len__(self) -> int:
         return sum(len(lru) for lru in self._lrus.values())
+
+    def replicas(self) -> KeysView[str]:
+        """The replicas it has learned anything about."""
+        return self._lrus.keys()
 
     def blocks(self, replica: str) -> int:
         """How many blocks the replica is believed to hold."""
@@ -80,12 +98,40 @@ class ApproximateIndex:
         lru = self._lrus.get(replica)
         if lru is None:
             return 0
+        if self.lower_capacity:
+            bit, holders = self._bits[replica], self._holders
+            hits = 0
+            for block in hashes:
+                if not holders.get(block, 0) & bit:
+                    break
+                hits += 1
+            return hits
         hits = 0
         for block in hashes:
             if block not in lru:
                 break
             hits += 1
         return hits
+
+    def fetch_blocks(
+        self, replica: str, hashes: Sequence[int], depth: int, weights: Sequence[float]
+    ) -> float:
+        """Blocks' worth of prefill that fetching the first ``depth`` blocks from the
+        slower tiers costs: ``1 - weight`` of each (``weights``: GPU, host, disk)."""
+        lower = self._lower.get(replica)
+        if not lower:
+            return 0.0
+        lru = self._lrus[replica]
+        cost = 0.0
+        for i in range(min(depth, len(hashes))):
+            block = hashes[i]
+            if block in lru:
+                continue
+            for rank, tier in enumerate(lower, 1):
+                if block in tier:
+                    cost += 1.0 - weights[rank]
+                    break
+        return cost
 
     def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
         """Leading blocks held, per replica, in one walk of the chain."""
@@ -95,7 +141,7 @@ class ApproximateIndex:
         depth = 0
         count = len(hashes)
         while alive:
-            if not alive & (alive - 1):
+            if not alive & (alive - 1) and not self.lower_capacity:
                 # One replica left, typically the one holding a long conversation: a plain
                 # membership walk of its LRU is half the work per block.
                 name = self._names[alive]
@@ -121,6 +167,7 @@ class ApproximateIndex:
         bit = self._bits[replica]
         holders = self._holders
         capacity = self._capacities.get(replica, self._default_capacity)
+        lower = self._lower.get(replica)
         # Tail first, so the head ends most recent: vLLM frees a request's blocks tail
         # first, and its LRU evicts the tail of a prompt before the head.
         for block in reversed(hashes):
@@ -128,10 +175,29 @@ class ApproximateIndex:
                 lru.move_to_end(block)
                 continue
             lru[block] = None
+            if lower:
+                if holders.get(block, 0) & bit:
+                    for tier in lower:  # placed again: back up from a lower tier
+                        if tier.pop(block, 0) is None:
+                            break
+                else:
+                    holders[block] = holders.get(block, 0) | bit
+                if len(lru) > capacity:
+                    self._offload(lower, lru.popitem(last=False)[0], bit)
+                continue
             holders[block] = holders.get(block, 0) | bit
             if len(lru) > capacity:
                 old, _ = lru.popitem(last=False)
                 self._unhold(old, bit)
+
+    def _offload(self, lower: list[OrderedDict[int, None]], block: int, bit: int) -> None:
+        """A block out of GPU memory into host memory, pushing the oldest on down."""
+        for tier, capacity in zip(lower, self.lower_capacity, strict=True):
+            tier[block] = None
+            if len(tier) <= capacity:
+                return
+            block, _ = tier.popitem(last=False)
+        self._unhold(block, bit)
 
     def correct(
         self,
@@ -154,10 +220,13 @@ class ApproximateIndex:
             if lru is None:
                 return
             bit = self._bits[replica]
+            tiers = [lru, *self._lower.get(replica, ())]
             for block in hashes[reported_blocks:]:
-                if block in lru:
-                    del lru[block]
-                    self._unhold(block, bit)
+                for tier in tiers:
+                    if block in tier:
+                        del tier[block]
+                        self._unhold(block, bit)
+                        break
         elif reported_blocks > predicted_blocks:
             self.record(replica, hashes[:reported_blocks])
 
@@ -168,8 +237,9 @@ class ApproximateIndex:
             return
         bit = self._bits.pop(replica)
         del self._names[bit]
-        for block in lru:
-            self._unhold(block, bit)
+        for tier in (lru, *self._lower.pop(replica, ())):
+            for block in tier:
+                self._unhold(block, bit)
 
     def _add(self, replica: str) -> OrderedDict[int, None]:
         bit = 1
@@ -179,6 +249,8 @@ class ApproximateIndex:
         self._names[bit] = replica
         lru: OrderedDict[int, None] = OrderedDict()
         self._lrus[replica] = lru
+        if self.lower_capacity:
+            self._lower[replica] = [OrderedDict() for _ in self.lower_capacity]
         return lru
 
     def _unhold(self, block: int, bit: int) -> None:

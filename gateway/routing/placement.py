@@ -4,12 +4,19 @@ so that replay's figures are about the code the gateway runs.
 
     Route (a prompt's blocks, its keys) ─▶ Placer.place:
         candidates (available, not tried yet) ─▶ index.match_all ─▶ a view of each
-        (leading blocks predicted cached there, capped where vLLM caps a hit; requests in
-        flight; queued prefill; running; capacity) ─▶ policy.choose
+        (leading blocks predicted cached there, capped where vLLM caps a hit; what
+        fetching those held in slower tiers costs; requests in flight; queued prefill;
+        running; capacity) ─▶ policy.choose
     ─▶ Placement: one more in flight there, its predicted uncached tokens queued, its
-       blocks recorded in the index
+       blocks recorded in the index (predicted on route: `gateway.routing.predicted`)
     first_token ─▶ its queued prefill becomes a running sequence
     finish ─▶ out of flight
+
+Whether a request's matched prefix is shared by others in flight (the policy's
+``shared``: a hot prefix is spread, a conversation's own kept) is told by marks: each
+request in flight counts a few of its blocks (positions 0, 1, 3, 7, 15, ...: about 11
+for a 32k-token prompt), and a request shares its prefix when another request in flight
+counts the deepest mark inside the run matched for it.
     learn (cached tokens the replica reported) ─▶ the index corrected
 
 No I/O and no clock (time is passed in). One Placer is one router's picture of the
@@ -35,6 +42,7 @@ from gateway.routing.policy import (
     choose,
 )
 from gateway.routing.prompts import Prompt
+from gateway.routing.tiers import DEFAULT_TIER_WEIGHTS, TierWeights
 
 
 class NoReplicaAvailable(Exception):
@@ -54,6 +62,13 @@ class Replica:
     down_until: float = 0.0
     failures: int = 0
     load: ReplicaLoad | None = None  # its /metrics, when read (other routers' requests too)
+    # This router's placements there less its finishes, since that reading.
+    since_reading: int = 0
+
+    def read(self, load: ReplicaLoad | None) -> None:
+        """A new reading of the replica's own load."""
+        self.load = load
+        self.since_reading = 0
 
     @property
     def url(self) -> str:
@@ -84,6 +99,7 @@ class Placement:
     queued_tokens: int
     started: bool = False
     finished: bool = False
+    marks: tuple[int, ...] = ()  # the blocks it counts while in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +154,39 @@ def reported_blocks(prompt: Prompt, cached: int, reported_prompt_tokens: int) ->
     return min(blocks, len(prompt.hashes))
 
 
-def view(replica: Replica, matched_blocks: int) -> ReplicaView:
+def marks(hashes: Sequence[int]) -> tuple[int, ...]:
+    """The blocks at positions 0, 1, 3, 7, 15, ... of a prompt: what a request in flight
+    counts so that others can tell whether they share its prefix."""
+    out = []
+    position = 0
+    count = len(hashes)
+    while position < count:
+        out.append(hashes[position])
+        position = 2 * position + 1
+    return tuple(out)
+
+
+def mark_of(hashes: Sequence[int], depth: int) -> int | None:
+    """The deepest mark inside the first ``depth`` blocks (None for no blocks)."""
+    if depth <= 0:
+        return None
+    position = 0
+    while 2 * position + 1 < depth:
+        position = 2 * position + 1
+    return hashes[position]
+
+
+def view(replica: Replica, matched_blocks: int, fetch_tokens: float = 0.0) -> ReplicaView:
     """The policy's view of a replica: this router's counts, or the replica's own when
-    they are higher (other routers' requests are there too)."""
+    they are higher (other routers' requests are there too), brought up to date with
+    what this router placed there and saw finish since the reading (without that, every
+    instance of a gateway would send a second's worth of requests to whichever replica
+    read as least loaded)."""
     running, in_flight = replica.running, replica.in_flight
     load = replica.load
     if load is not None:
         running = max(running, load.running)
-        in_flight = max(in_flight, load.running + load.waiting)
+        in_flight = max(in_flight, load.running + load.waiting + replica.since_reading)
     return ReplicaView(
         name=replica.name,
         matched_blocks=matched_blocks,
@@ -153,6 +194,7 @@ def view(replica: Replica, matched_blocks: int) -> ReplicaView:
         queued_prefill_tokens=replica.queued_prefill_tokens,
         running=running,
         capacity=replica.capacity,
+        fetch_tokens=fetch_tokens,
     )
 
 
@@ -166,14 +208,17 @@ class Placer:
         *,
         policy: str = "kv-aware",
         tunables: Tunables = DEFAULT_TUNABLES,
+        tier_weights: TierWeights = DEFAULT_TIER_WEIGHTS,
         name: str = "",
     ) -> None:
         self.replicas = list(replicas)
         self.index = index
         self.policy = policy
         self.tunables = tunables
+        self.weights = tier_weights.by_rank()
         self.name = name  # the model, for messages
         self._sequence = itertools.count()
+        self._marked: dict[int, int] = {}  # block → requests in flight counting it
 
     def place(
         self, route: Route, *, now: float, exclude: frozenset[str] = frozenset()
@@ -184,25 +229,43 @@ class Placer:
             raise NoReplicaAvailable(f"no healthy replica for model {self.name!r}; retry shortly")
         prompt = route.prompt
         hashes = prompt.hashes
-        matched = self.index.match_all(hashes) if hashes else {}
+        index = self.index
+        index.expire(now)
+        matched = index.match_all(hashes) if hashes else {}
         cap = hit_cap(prompt)
-        views = [view(r, min(matched.get(r.name, 0), cap)) for r in candidates]
+        deepest = mark_of(hashes, max(matched.values(), default=0))
+        shared = deepest is not None and self._marked.get(deepest, 0) > 0
+        views = []
+        for r in candidates:
+            depth = min(matched.get(r.name, 0), cap)
+            fetch = 0.0
+            if depth:
+                fetch = index.fetch_blocks(r.name, hashes, depth, self.weights)
+            views.append(view(r, depth, fetch * prompt.block_tokens))
         request = RouteRequest(
             seq=next(self._sequence),
             key=route.key,
             interaction=route.interaction,
             prompt_tokens=prompt.prompt_tokens,
             block_tokens=prompt.block_tokens,
+            shared=shared,
         )
         chosen = choose(self.policy, request, views, self.tunables)
         replica = candidates[chosen]
         predicted = views[chosen].matched_blocks
-        queued = max(prompt.prompt_tokens - predicted * prompt.block_tokens, 0)
+        fetch_tokens = round(views[chosen].fetch_tokens)
+        queued = max(prompt.prompt_tokens - predicted * prompt.block_tokens, 0) + fetch_tokens
         replica.in_flight += 1
+        replica.since_reading += 1
         replica.queued_prefill_tokens += queued
+        placement = Placement(replica=replica, predicted_blocks=predicted, queued_tokens=queued)
         if hashes:
-            self.index.record(replica.name, hashes)
-        return Placement(replica=replica, predicted_blocks=predicted, queued_tokens=queued)
+            index.record(replica.name, hashes, now=now, start=matched.get(replica.name, 0))
+            placement.marks = marks(hashes)
+            marked = self._marked
+            for block in placement.marks:
+                marked[block] = marked.get(block, 0) + 1
+        return placement
 
     def first_token(self, placement: Placement) -> None:
         """The attempt's first token came: its prefill is done, it decodes."""
@@ -220,6 +283,14 @@ class Placer:
         placement.finished = True
         replica = placement.replica
         replica.in_flight -= 1
+        replica.since_reading -= 1
+        marked = self._marked
+        for block in placement.marks:
+            left = marked[block] - 1
+            if left:
+                marked[block] = left
+            else:
+                del marked[block]
         if placement.started:
             replica.running -= 1
         else:

@@ -9,8 +9,23 @@ kv-aware, the default, prices each replica in tokens of prefill::
     load   = queued_prefill_tokens + running_tokens * running
     limit  = imbalance_factor * mean(load over the fleet) + imbalance_floor_tokens
     cost   = (prompt_tokens - predicted_cached_tokens)          # its own prefill there
+           + fetch_tokens                                       # loading slower tiers' hits
            + load_weight * load                                 # work queued before it
            + (1 - load_weight) * max(0, load - limit)           # the imbalance guard
+
+``fetch_tokens`` prices the predicted hit's blocks held outside GPU memory in tokens of
+prefill (each block at ``1 - weight`` of its tier, `gateway.routing.tiers`): a block in
+host memory saves nearly its whole prefill, one on disk less.
+
+``shared`` says whether the request's matched prefix is shared by other requests in
+flight (a hot system prompt, a burst of siblings) or is its own (a conversation's
+history, asked for one turn at a time). A shared prefix is held to the imbalance limit
+above: when its holders cannot serve it inside the limit, the excess counts in full and
+the next cheapest replica takes it, and holds it from then on, so a hot prefix spreads
+over as many replicas as its traffic needs, chosen by cost, instead of piling onto its
+first holder or scattering over all. A prefix of its own is held to the looser affinity
+limit (``affinity_factor``, ``affinity_floor_tokens``): moving it gains nothing later
+(one request at a time wants it) and loses its whole context now.
 
 ``load_weight = 1`` would make cost the request's own time to first token (in tokens of
 prefill): greedy, and blind to the future. A smaller weight lets a replica that holds the
@@ -54,6 +69,9 @@ class RouteRequest:
     interaction: int  # 64-bit hash of the interaction id: session affinity
     prompt_tokens: int
     block_tokens: int  # tokens one index block stands for
+    # Whether other requests in flight share its matched prefix (the imbalance limit
+    # applies) or not (the affinity limit does).
+    shared: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,19 +84,24 @@ class ReplicaView:
     queued_prefill_tokens: int = 0  # predicted uncached tokens of requests before prefill
     running: int = 0  # sequences past their first token (decoding)
     capacity: int = DEFAULT_MAX_NUM_SEQS  # sequences it runs at once (vLLM max_num_seqs)
+    # Tokens of prefill that loading the matched blocks from slower tiers is worth.
+    fetch_tokens: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Tunables:
     """kv-aware's knobs; defaults chosen by benchmarks/routing_sweep.py (see README)."""
 
-    load_weight: float = 0.1
+    load_weight: float = 0.05
     # The simulated replica decodes without slowing prefill, so nothing measured here
     # supports a price per running sequence; on vLLM with chunked prefill, decodes share
     # each step's token budget, and a few hundred tokens per sequence is a fair start.
     running_tokens: float = 0.0
     imbalance_factor: float = 1.25
     imbalance_floor_tokens: int = 4_096
+    # The limit for a prefix no other request in flight shares (a conversation's own).
+    affinity_factor: float = 2.0
+    affinity_floor_tokens: int = 65_536
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.load_weight <= 1.0:
@@ -87,6 +110,8 @@ class Tunables:
             raise ValueError("running_tokens and imbalance_floor_tokens must be >= 0")
         if self.imbalance_factor < 1.0:
             raise ValueError("imbalance_factor must be at least 1")
+        if self.affinity_factor < 1.0 or self.affinity_floor_tokens < 0:
+            raise ValueError("affinity_factor must be at least 1, affinity_floor_tokens >= 0")
 
 
 DEFAULT_TUNABLES = Tunables()
@@ -126,7 +151,11 @@ def kv_costs(
     """kv-aware's cost of each replica (the guard applied), for inspection and tests."""
     running_tokens = tunables.running_tokens
     loads = [r.queued_prefill_tokens + running_tokens * r.running for r in replicas]
-    limit = tunables.imbalance_factor * sum(loads) / len(loads) + tunables.imbalance_floor_tokens
+    mean = sum(loads) / len(loads)
+    if request.shared:
+        limit = tunables.imbalance_factor * mean + tunables.imbalance_floor_tokens
+    else:
+        limit = tunables.affinity_factor * mean + tunables.affinity_floor_tokens
     load_weight = tunables.load_weight
     prompt = request.prompt_tokens
     block_tokens = request.block_tokens
@@ -134,7 +163,7 @@ def kv_costs(
     excess_weight = 1.0 - load_weight
     for replica, load in zip(replicas, loads, strict=True):
         cached = min(replica.matched_blocks * block_tokens, prompt)
-        cost = prompt - cached + load_weight * load
+        cost = prompt - cached + replica.fetch_tokens + load_weight * load
         if load > limit:
             cost += excess_weight * (load - limit)
         costs.append(cost)

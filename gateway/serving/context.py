@@ -2,7 +2,8 @@
 
 Context   one client request (who, which deployment, the parsed call), for all attempts
 Attempt   one try of it on one upstream (a replica, or a provider target)
-Outcome   how an attempt ended: status, usage, first token, finish reason, tier, error
+Outcome   how an attempt ended: status, usage, first token, finish reason, tier, error,
+          cached tokens by cache tier where the replica reports them
 Expectation  what routing expected of the attempt (predicted and ceiling cached tokens)
 """
 
@@ -69,6 +70,9 @@ class Outcome:
     finish_reason: str | None = None
     service_tier: str | None = None
     error: str | None = None
+    # Cached tokens the replica served from host memory and from disk (the rest of
+    # cache_read_tokens came from GPU memory); None where it does not say.
+    cached_by_tier: tuple[int, int] | None = None
 
     @classmethod
     def failed(cls, error: str) -> Outcome:

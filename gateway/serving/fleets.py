@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gateway.config import SIM_TOKENIZER, ConfigError, Deployment, ProviderDeployment
-from gateway.routing.fleet_config import FleetConfig, FleetConfigError, KvEventSource, tunables
+from gateway.routing.fleet_config import (
+    FleetConfig,
+    FleetConfigError,
+    KvEventSource,
+    tier_weights,
+    tunables,
+)
 from gateway.routing.inputs import PromptTokenizer
 
 
@@ -43,6 +49,10 @@ def fleet_configs(
                 if d.kv_events
                 else (),
                 hash_seed=d.hash_seed,
+                cpu_blocks=d.cpu_blocks,
+                disk_blocks=d.disk_blocks,
+                tier_weights=tier_weights(d.tier_weights, model=d.name),
+                prediction_ttl_s=d.prediction_ttl_s,
             )
         except FleetConfigError as exc:
             raise ConfigError(str(exc)) from None

@@ -15,7 +15,7 @@ def record_of(
     expectation: Expectation = NO_EXPECTATION,
 ) -> Record:
     """The attempt's record, priced with the entry in force at the attempt's start."""
-    usage = outcome.usage
+    usage, tiers = outcome.usage, outcome.cached_by_tier
     priced = ledger.price(
         attempt.bills_as, at=attempt.started_at, usage=usage, tier=outcome.service_tier
     )
@@ -43,5 +43,7 @@ def record_of(
         predicted_cached_tokens=expectation.predicted_cached_tokens,
         ceiling_cached_tokens=expectation.ceiling_cached_tokens,
         ceiling_exact=expectation.ceiling_exact,
+        cache_read_host_tokens=tiers[0] if tiers is not None else None,
+        cache_read_disk_tokens=tiers[1] if tiers is not None else None,
         extra={"service_tier": outcome.service_tier} if outcome.service_tier else {},
     )

@@ -5,6 +5,11 @@ plan     the upstream body once (served model name, the tenant's cache salt, usa
 start    fleet.place: a replica for the attempt (up to two, on connect errors)
 send     one aiohttp POST; open: the same, streamed, events split and inspected
 learn    the reported cached tokens correct the routing index
+
+Cached tokens by cache tier are taken from ``usage.prompt_tokens_details
+.cached_tokens_by_source`` (vLLM's cache hit sources: device, host, disk) where a replica
+reports them (``kvgate sim`` with lower tiers does; vLLM 0.32 counts tiers in its metrics
+only) and recorded with the attempt.
 """
 
 from __future__ import annotations
@@ -225,6 +230,7 @@ class VllmStream:
             first_token_at=self.first_token_at,
             finish_reason=state.finish_reason,
             error=error,
+            cached_by_tier=_cached_by_tier(state.usage),
         )
 
     async def close(self) -> None:
@@ -245,8 +251,21 @@ def _answer(status: int, raw: bytes) -> Answer:
             status=Status.COMPLETED,
             usage=from_openai(upstream_usage if isinstance(upstream_usage, dict) else None),
             finish_reason=_finish_reason(data.get("choices")),
+            cached_by_tier=_cached_by_tier(upstream_usage),
         ),
     )
+
+
+def _cached_by_tier(usage: Any) -> tuple[int, int] | None:
+    """(host memory, disk) cached tokens, when the usage says them by source."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    sources = details.get("cached_tokens_by_source") if isinstance(details, dict) else None
+    if not isinstance(sources, dict):
+        return None
+    host, disk = sources.get("host", 0), sources.get("disk", 0)
+    if not (isinstance(host, int) and isinstance(disk, int)) or host < 0 or disk < 0:
+        return None
+    return host, disk
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:

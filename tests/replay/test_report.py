@@ -70,6 +70,8 @@ def test_write_report(tiny: list[TraceRequest], tmp_path: Path) -> None:
         "prefill_tokens_per_s": 100,
         "decode_tokens_per_s": 10,
         "max_num_seqs": 64,
+        "cpu_block_ms": 0.0,
+        "disk_block_ms": 0.0,
     }
     assert data["kvgate"] == {"version": "0.1.0", "commit": "abc123"}
 

@@ -80,7 +80,7 @@ def test_max_num_seqs_defaults_to_vllms_and_becomes_every_replicas_capacity() ->
         (
             {"load_wieght": 0.5},
             "model 'm': unknown tunable 'load_wieght'; known: load_weight, running_tokens, "
-            "imbalance_factor, imbalance_floor_tokens",
+            "imbalance_factor, imbalance_floor_tokens, affinity_factor, affinity_floor_tokens",
         ),
         ({"load_weight": 2.0}, "model 'm': tunables: load_weight must be within [0, 1]"),
         ({"imbalance_factor": 0.5}, "model 'm': tunables: imbalance_factor must be at least 1"),

@@ -86,6 +86,22 @@ def test_a_replicas_own_reading_counts_when_it_is_higher() -> None:
     assert placing.place(route(prompt(1, 20)), now=0.0).replica.name == "idle"
 
 
+def test_a_reading_is_brought_up_to_date_with_this_routers_placements_since() -> None:
+    """Both replicas read 2 in flight (other gateways' requests): this router's own
+    placements since then count on top, so it alternates instead of sending every
+    request until the next reading to the one that read first."""
+    placing = placer("a", "b", policy="least-loaded")
+    for replica in placing.replicas:
+        replica.read(ReplicaLoad(running=2))
+    chosen = [placing.place(route(prompt(1, 20), f"r{n}"), now=0.0) for n in range(4)]
+    assert sorted(p.replica.name for p in chosen) == ["a", "a", "b", "b"]
+    for placement in chosen:
+        placing.finish(placement)
+    assert [r.since_reading for r in placing.replicas] == [0, 0]
+    placing.replicas[0].read(ReplicaLoad(running=1))  # a new reading starts the count again
+    assert placing.place(route(prompt(1, 20), "r9"), now=0.0).replica.name == "a"
+
+
 def test_no_available_replica_is_said_with_the_models_name() -> None:
     placing = placer("a", "b")
     placing.replicas[1].down_until = 10.0

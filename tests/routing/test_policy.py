@@ -121,15 +121,16 @@ def test_an_outlying_replica_keeps_a_request_its_cache_saves_more_than_its_exces
         ReplicaView("b"),
         ReplicaView("c"),
     ]
+    tunables = Tunables(load_weight=0.1)
     # limit 1.25 * 3,000 + 4,096 = 7,846; cost 320 + 1,200 + 0.9 * 4,154 < 8,000.
-    assert kv_costs(request(8000), views, DEFAULT_TUNABLES)[0] == pytest.approx(5258.6)
-    assert choose("kv-aware", request(8000), views) == 0
+    assert kv_costs(request(8000), views, tunables)[0] == pytest.approx(5258.6)
+    assert choose("kv-aware", request(8000), views, tunables) == 0
 
 
 def test_an_idle_fleet_is_never_imbalanced() -> None:
     views = [ReplicaView("a", matched_blocks=4, queued_prefill_tokens=3000), ReplicaView("b")]
     # mean 1,500; limit 1,875 + 4,096 = 5,971 > 3,000: no excess.
-    assert kv_costs(request(8000), views, DEFAULT_TUNABLES) == [8000 - 2048 + 300, 8000]
+    assert kv_costs(request(8000), views, DEFAULT_TUNABLES) == [8000 - 2048 + 150, 8000]
 
 
 def test_running_sequences_count_as_load_when_priced() -> None:

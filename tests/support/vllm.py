@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,8 +78,10 @@ def launch_vllm(
     replay_port: int | None = None,
     num_blocks: int = 48,
     max_model_len: int = 1024,
+    extra_args: Sequence[str] = (),
 ) -> VllmServer:
-    """Start a server (returns at once; `wait_ready` waits for it)."""
+    """Start a server (returns at once; `wait_ready` waits for it); ``extra_args`` go on
+    its command line last."""
     python = require_vllm()
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -139,6 +142,7 @@ def launch_vllm(
         "67108864",
         "--kv-events-config",
         json.dumps(events),
+        *extra_args,
     ]
     log = directory / "vllm.log"
     process = subprocess.Popen(

@@ -67,6 +67,8 @@ READ_COLUMNS = (
     "price_id",
     *sums.COSTS,
 )
+# Read when the requests table has them (since migration 0009_tiers).
+TIER_COLUMNS = ("cache_read_host_tokens", "cache_read_disk_tokens")
 
 Row = Mapping[str, Any]
 
@@ -134,6 +136,22 @@ def _replica_delta(row: Row) -> dict[str, Any]:
         "ceiling_cache_read_tokens": row["cache_read_tokens"] if ceiling is not None else 0,
         "ceiling_cached_tokens": ceiling or 0,
         "exact_ceiling_requests": _exact(row),
+        **_tier_delta(row),
+    }
+
+
+def _tier_delta(row: Row) -> dict[str, int]:
+    """Cached tokens by tier, for rows that have the columns (a database migrated past
+    0002 but not yet 0009 rebuilds without them); zero where the replica did not say."""
+    if "cache_read_host_tokens" not in row:
+        return {}
+    host, disk = row["cache_read_host_tokens"], row["cache_read_disk_tokens"]
+    reported = host is not None
+    return {
+        "tier_requests": int(reported),
+        "tier_cache_read_tokens": row["cache_read_tokens"] if reported else 0,
+        "host_cached_tokens": host or 0,
+        "disk_cached_tokens": disk or 0,
     }
 
 
@@ -340,6 +358,9 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
         requests.c[name] if name in stored else literal(0, Integer).label(name)
         for name in READ_COLUMNS
     ]
+    # Tier columns are read only where they exist: absent, a request has no tier report
+    # (NULL), which a 0 would not say.
+    columns += [requests.c[name] for name in TIER_COLUMNS if name in stored]
     folded, after = 0, None
     while True:
         # Keyset pages: no cursor stays open while the same connection writes.

@@ -7,7 +7,9 @@
   on the shared Mooncake trace).
 - pooled ceiling: one LRU `PrefixCache` holding ``replicas x capacity`` blocks, fed the
   requests one after another (admitted, then released): what the fleet's memory could
-  hit if it were one cache behind a perfect router. Full blocks, vLLM's hit cap.
+  hit if it were one cache behind a perfect router. Full blocks, vLLM's hit cap. With
+  lower tiers, also the pooled ceiling of the combined capacity: one LRU cache of every
+  tier's blocks of every replica.
 - prompt lengths, and repeat intervals: the time between two uses of the same block,
   which says how long a cache must keep a block for it to be hit again.
 """
@@ -62,6 +64,9 @@ class TraceAnalysis:
     pooled_capacity_blocks: int
     prompt_lengths: Distribution
     repeat_intervals: Distribution
+    # With lower tiers: one cache of all tiers' blocks (else None).
+    pooled_tiers: Ceiling | None = None
+    pooled_tiers_capacity_blocks: int = 0
 
 
 def analyze(
@@ -70,9 +75,17 @@ def analyze(
     replicas: int,
     capacity_blocks: int,
     block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    lower_blocks: int = 0,
 ) -> TraceAnalysis:
-    """Ceilings and distributions of a trace for a fleet of ``replicas x capacity_blocks``."""
+    """Ceilings and distributions of a trace for a fleet of ``replicas x capacity_blocks``
+    (and ``lower_blocks`` more per replica in lower tiers)."""
     pooled_blocks = replicas * capacity_blocks
+    tiered_blocks = replicas * (capacity_blocks + lower_blocks)
+    tiered = (
+        pooled_ceiling(requests, capacity_blocks=tiered_blocks, block_tokens=block_tokens)
+        if lower_blocks
+        else None
+    )
     return TraceAnalysis(
         requests=len(requests),
         ceiling=infinite_ceiling(requests, block_tokens=block_tokens),
@@ -80,6 +93,8 @@ def analyze(
         pooled_capacity_blocks=pooled_blocks,
         prompt_lengths=prompt_lengths(requests),
         repeat_intervals=repeat_intervals(requests),
+        pooled_tiers=tiered,
+        pooled_tiers_capacity_blocks=tiered_blocks if lower_blocks else 0,
     )
 
 

@@ -10,6 +10,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -21,10 +22,17 @@ from gateway.tools.replay import offline
 from gateway.tools.replay.analysis import TraceAnalysis, analyze, infinite_ceiling
 from gateway.tools.replay.live import first_model, record_totals, replay_live, summarize_live
 from gateway.tools.replay.metrics import PolicySummary, TokenPrice, parse_price, summarize
-from gateway.tools.replay.report import ReportContext, git_commit, kvgate_version, policy_table
+from gateway.tools.replay.report import (
+    ReportContext,
+    gateways_table,
+    git_commit,
+    kvgate_version,
+    policy_table,
+    tier_table,
+)
 from gateway.tools.replay.report import write_report as write_report_files
 from gateway.tools.replay.trace import TraceRequest, load_trace
-from gateway.tools.sim.timing import TimingModel
+from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
 
 DEFAULT_POLICIES = "kv-aware,round-robin,least-loaded,random"
 
@@ -91,6 +99,39 @@ def replay(
     limit: Annotated[
         int | None, typer.Option(help="Replay only the first N requests of the trace.", min=1)
     ] = None,
+    cpu_blocks: Annotated[
+        int,
+        typer.Option(help="Host-memory tier per replica, in blocks: keeps what GPU evicts.", min=0),
+    ] = 0,
+    cpu_block_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Loading one block from host memory, in ms (default: an 8B model's KV over "
+            "PCIe 4.0, 2.7 ms for 512 tokens, scaled to --block-tokens).",
+            min=0,
+        ),
+    ] = None,
+    disk_blocks: Annotated[
+        int,
+        typer.Option(
+            help="Disk tier per replica, in blocks: keeps what host memory evicts.", min=0
+        ),
+    ] = 0,
+    disk_block_ms: Annotated[
+        float | None,
+        typer.Option(
+            help="Loading one block from disk, in ms (default: from NVMe, 11 ms for 512 "
+            "tokens, scaled to --block-tokens).",
+            min=0,
+        ),
+    ] = None,
+    gateways: Annotated[
+        str,
+        typer.Option(
+            help="Independent gateway instances behind a round-robin balancer (K, or a "
+            "list such as 1,2,4,8: each is replayed and the hit-rate loss reported)."
+        ),
+    ] = "1",
 ) -> None:
     """Replay a trace: the hit-rate ceilings, then each routing policy's results."""
     requests = load_trace(trace, limit=limit)
@@ -104,11 +145,21 @@ def replay(
     names = _policies(policies)
     if index not in offline.INDEX_MODES:
         raise typer.BadParameter(f"want one of {offline.INDEX_MODES}", param_hint="--index")
+    if disk_blocks and not cpu_blocks:
+        raise typer.BadParameter(
+            "a disk tier keeps what host memory evicts: give --cpu-blocks too",
+            param_hint="--disk-blocks",
+        )
+    counts = _gateways(gateways)
     token_price = _price(price)
     timing = TimingModel(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
+        cpu_block_ms=_load_ms(cpu_block_ms, HOST_MS_PER_TOKEN, block_tokens) if cpu_blocks else 0.0,
+        disk_block_ms=_load_ms(disk_block_ms, DISK_MS_PER_TOKEN, block_tokens)
+        if disk_blocks
+        else 0.0,
     )
     config = offline.ReplayConfig(
         replicas=replicas,
@@ -116,20 +167,51 @@ def replay(
         block_tokens=block_tokens,
         timing=timing,
         index=index,
+        cpu_blocks=cpu_blocks,
+        disk_blocks=disk_blocks,
     )
     analysis = analyze(
-        requests, replicas=replicas, capacity_blocks=capacity_blocks, block_tokens=block_tokens
+        requests,
+        replicas=replicas,
+        capacity_blocks=capacity_blocks,
+        block_tokens=block_tokens,
+        lower_blocks=cpu_blocks + disk_blocks,
     )
     _echo_ceilings(analysis, replicas, capacity_blocks)
     runs = []
     summaries: list[PolicySummary] = []
-    for name in names:
-        with _progress(name, len(requests)) as advance:
-            run = offline.replay(requests, name, config, progress=advance)
-        runs.append(run)
-        summaries.append(summarize(run, ceiling=analysis.ceiling.rate, price=token_price))
+    for count in counts:
+        # Instances apart read the replicas' load as the gateway does, every second.
+        fleet = replace(config, gateways=count, load_interval_s=None if count == 1 else 1.0)
+        for name in names:
+            label = name if count == 1 else f"{name}, {count} gateways"
+            with _progress(label, len(requests)) as advance:
+                run = offline.replay(requests, name, fleet, progress=advance)
+            runs.append(run)
+            summaries.append(summarize(run, ceiling=analysis.ceiling.rate, price=token_price))
     typer.echo(f"router index: {index}\n")
-    typer.echo(policy_table(summaries, priced=token_price is not None))
+    first = [s for s in summaries if s.gateways == counts[0]]
+    typer.echo(policy_table(first, priced=token_price is not None))
+    if analysis.pooled_tiers is not None:
+        weights = config.tier_weights
+        tiers = f"{capacity_blocks:,} GPU, {cpu_blocks:,} host memory ({timing.cpu_block_ms:g} ms)"
+        credit = f"host {weights.cpu:.3f}"
+        if disk_blocks:
+            tiers += f", {disk_blocks:,} disk ({timing.disk_block_ms:g} ms)"
+            credit += f", disk {weights.storage:.3f}"
+        typer.echo(
+            f"\ncache tiers per replica, in blocks (a block's load time): {tiers}; "
+            f"router's tier weights: {credit}"
+        )
+        typer.echo(
+            f"pooled ceiling of the combined capacity "
+            f"({analysis.pooled_tiers_capacity_blocks:,} blocks in one LRU cache): "
+            f"{100 * analysis.pooled_tiers.rate:.2f}%\n"
+        )
+        typer.echo(tier_table(first, analysis))
+    if counts != [1]:
+        typer.echo("\ngateway instances behind a round-robin balancer:\n")
+        typer.echo(gateways_table(summaries))
     if report is not None:
         context = ReportContext(
             trace=str(trace),
@@ -142,6 +224,9 @@ def replay(
             price=token_price,
             version=kvgate_version(),
             commit=git_commit(Path(__file__).resolve().parent),
+            cpu_blocks=cpu_blocks,
+            disk_blocks=disk_blocks,
+            gateways=tuple(counts),
         )
         write_report_files(
             report,
@@ -163,6 +248,23 @@ def _policies(text: str) -> list[str]:
             param_hint="--policies",
         )
     return names
+
+
+def _load_ms(given: float | None, per_token: float, block_tokens: int) -> float:
+    return block_tokens * per_token if given is None else given
+
+
+def _gateways(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(count < 1 for count in counts):
+        raise typer.BadParameter(
+            f"want a count of at least 1, or a list of them (1,2,4,8), not {text!r}",
+            param_hint="--gateways",
+        )
+    return counts
 
 
 def _price(text: str | None) -> TokenPrice | None:

@@ -47,6 +47,12 @@ class PolicySummary:
     max_mean_load: float  # busiest replica's prefill work over the mean
     input_cost_usd: Decimal | None
     cost_per_request_usd: Decimal | None
+    cached_by_tier: tuple[int, int, int] = (0, 0, 0)  # tokens: GPU, host memory, disk
+    gateways: int = 1
+
+    def tier_rate(self, tier: int) -> float:
+        """Token hit rate of one tier (0 GPU, 1 host memory, 2 disk)."""
+        return self.cached_by_tier[tier] / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 def parse_price(text: str) -> TokenPrice:
@@ -91,6 +97,10 @@ def summarize(run: PolicyRun, *, ceiling: float, price: TokenPrice | None = None
     for o in outcomes:
         prefill[o.replica] += o.prompt_tokens - o.cached_tokens
         routed[o.replica] += 1
+    by_tier = [0, 0, 0]
+    for o in outcomes:
+        for tier, tokens in enumerate(o.cached_by_tier):
+            by_tier[tier] += tokens
     ttfts = sorted(o.ttft_s for o in outcomes)
     queues = sorted(o.queue_s for o in outcomes)
     hit_rate = cached / prompt if prompt else 0.0
@@ -119,4 +129,6 @@ def summarize(run: PolicyRun, *, ceiling: float, price: TokenPrice | None = None
         max_mean_load=max(prefill) / mean_prefill if mean_prefill else 1.0,
         input_cost_usd=input_cost,
         cost_per_request_usd=cost_per_request,
+        cached_by_tier=(by_tier[0], by_tier[1], by_tier[2]),
+        gateways=run.config.gateways,
     )

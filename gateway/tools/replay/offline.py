@@ -19,7 +19,20 @@ them have streamed a first token, and the uncached tokens it predicted for the r
 block index is the gateway's `RoutingIndex`: the approximate index learning from its own
 decisions and corrected by the cached tokens each response reports
 (``index="approximate"``), or the exact index fed with every block the caches store and
-evict, as KV events would feed it (``index="exact"``).
+evict, as KV events would feed it, and the placements they have not announced yet
+predicted on route (``index="exact"``).
+
+Tiers (``cpu_blocks``, ``disk_blocks`` per replica): each cache keeps what GPU memory
+evicts in host memory, and what that evicts on disk; a hit there is loaded at the timing
+model's ``cpu_block_ms`` / ``disk_block_ms`` per block, in the prefill queue. The router
+credits such hits with tier weights derived from the same timing (`tier_weights`), and
+its approximate index mirrors the tiers (the deployment's ``cpu_blocks``/``disk_blocks``).
+
+Gateways (``gateways``: K): K independent router instances behind a round-robin
+balancer, each with its own index and its own in-flight counts, none told of the others'
+placements; each reads every replica's load (running and waiting requests, as
+``/metrics`` says them) every ``load_interval_s`` as the gateway does. In exact mode each
+follows every replica's events.
 """
 
 from __future__ import annotations
@@ -33,11 +46,14 @@ from typing import cast
 
 from gateway.routing.exact import ExactIndex, RoutingIndex
 from gateway.routing.index import ApproximateIndex
+from gateway.routing.load import ReplicaLoad
 from gateway.routing.placement import Placement, Placer, Replica, Route, make_route
 from gateway.routing.policy import DEFAULT_TUNABLES, Tunables
+from gateway.routing.predicted import DEFAULT_PREDICTION_TTL_S, PredictedIndex
 from gateway.routing.prompts import Prompt
+from gateway.routing.tiers import GPU, MEDIA, TierWeights, weight
 from gateway.tools.replay.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
-from gateway.tools.sim.cache import PrefixCache
+from gateway.tools.sim.cache import Admission, PrefixCache
 from gateway.tools.sim.timing import TimingModel
 
 INDEX_MODES = ("approximate", "exact")
@@ -65,6 +81,16 @@ class ReplayConfig:
     # What the router believes each cache holds at most (the deployment's capacity_blocks);
     # default: the caches' true size. Set apart, it measures a misconfigured deployment.
     index_capacity_blocks: int | None = None
+    # Lower tiers per replica, in blocks (their load times are the timing's).
+    cpu_blocks: int = 0
+    disk_blocks: int = 0
+    # What the router credits a hit in each tier with; default: derived from the timing.
+    weights: TierWeights | None = None
+    gateways: int = 1  # independent router instances behind a round-robin balancer
+    # How often each router reads the replicas' own load; None: never (one router sees
+    # all the load there is anyway).
+    load_interval_s: float | None = None
+    prediction_ttl_s: float = DEFAULT_PREDICTION_TTL_S
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -75,6 +101,32 @@ class ReplayConfig:
             raise ValueError("replica_names must name each replica once")
         if self.index_capacity_blocks is not None and self.index_capacity_blocks < 1:
             raise ValueError("index_capacity_blocks must be at least 1")
+        if self.cpu_blocks < 0 or self.disk_blocks < 0:
+            raise ValueError("cpu_blocks and disk_blocks must be 0 or more")
+        if self.disk_blocks and not self.cpu_blocks:
+            raise ValueError("a disk tier needs a CPU tier above it (cpu_blocks)")
+        if self.gateways < 1:
+            raise ValueError("gateways must be at least 1")
+        if self.load_interval_s is not None and self.load_interval_s <= 0:
+            raise ValueError("load_interval_s must be positive")
+
+    @property
+    def lower_blocks(self) -> tuple[int, ...]:
+        """The lower tiers' capacities per replica, host memory first."""
+        return tuple(b for b in (self.cpu_blocks, self.disk_blocks) if b)
+
+    @property
+    def tier_weights(self) -> TierWeights:
+        """The router's tier weights: given, or what the timing makes a hit in each tier
+        save (1 - one block's load time / its prefill time)."""
+        if self.weights is not None:
+            return self.weights
+        timing = self.timing
+        prefill = timing.prefill_seconds(self.block_tokens)
+        return TierWeights(
+            cpu=weight(timing.cpu_block_ms / 1000.0, prefill),
+            storage=weight(timing.disk_block_ms / 1000.0, prefill),
+        )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -94,6 +146,8 @@ class Outcome:
     output_tokens: int
     queue_s: float  # arrival to prefill start: waiting for a slot and for earlier prefills
     ttft_s: float  # arrival to first token
+    cached_by_tier: tuple[int, int, int] = (0, 0, 0)  # tokens: GPU, host memory, disk
+    gateway: int = 0  # the router instance that placed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +186,39 @@ class _Engine:
 
     __slots__ = ("cache", "name", "prefill_busy", "prefills", "seated", "waiting")
 
-    def __init__(self, name: str, capacity_blocks: int) -> None:
+    def __init__(self, name: str, capacity_blocks: int, lower: tuple[int, ...]) -> None:
         self.name = name
-        self.cache = PrefixCache(capacity_blocks)
+        self.cache = PrefixCache(capacity_blocks, lower=lower)
         self.waiting: deque[int] = deque()  # for a sequence slot
         self.prefills: deque[int] = deque()  # seated, for the prefill engine
         self.prefill_busy = False
         self.seated = 0
+
+
+class _Router:
+    """One gateway instance: the placement code over its own picture of the replicas."""
+
+    __slots__ = ("exact", "index", "placer")
+
+    def __init__(self, policy: str, config: ReplayConfig, max_seqs: int) -> None:
+        believed = config.index_capacity_blocks or config.capacity_blocks
+        self.index = RoutingIndex(
+            ApproximateIndex(believed, lower=config.lower_blocks),
+            ExactIndex(),
+            predicted=PredictedIndex(config.prediction_ttl_s),
+        )
+        self.exact = config.index == "exact"
+        if self.exact:
+            for name in config.names:
+                self.index.set_fresh(name, True)
+        self.placer = Placer(
+            [Replica(name, capacity=max_seqs) for name in config.names],
+            self.index,
+            policy=policy,
+            tunables=config.tunables,
+            tier_weights=config.tier_weights,
+            name="replay",
+        )
 
 
 class _Simulation:
@@ -147,27 +227,18 @@ class _Simulation:
         self.policy = policy
         self.config = config
         timing = config.timing
+        self.timing = timing
         self.prefill_rate = timing.prefill_tokens_per_s
         self.instant_prefill = timing.instant_prefill
         self.token_s = 0.0 if timing.instant_decode else 1.0 / timing.decode_tokens_per_s
         self.max_seqs = timing.max_num_seqs
         names = config.names
-        self.engines = [_Engine(name, config.capacity_blocks) for name in names]
+        lower = config.lower_blocks
+        self.engines = [_Engine(name, config.capacity_blocks, lower) for name in names]
         self.position = {name: i for i, name in enumerate(names)}
-        # What the router knows: the gateway's own placement, over its own replica records.
-        believed = config.index_capacity_blocks or config.capacity_blocks
-        self.index = RoutingIndex(ApproximateIndex(believed), ExactIndex())
-        self.exact = self.index.exact if config.index == "exact" else None
-        if self.exact is not None:
-            for name in names:
-                self.index.set_fresh(name, True)
-        self.placer = Placer(
-            [Replica(name, capacity=self.max_seqs) for name in names],
-            self.index,
-            policy=policy,
-            tunables=config.tunables,
-            name="replay",
-        )
+        # What the routers know: the gateway's own placement, over their own records.
+        self.routers = [_Router(policy, config, self.max_seqs) for _ in range(config.gateways)]
+        self.exact = config.index == "exact"
         self.events: list[tuple[float, int, int, int]] = []
         count = len(requests)
         bt = config.block_tokens
@@ -176,9 +247,11 @@ class _Simulation:
         self.hit_cap = [max(0, (r.input_length - 1) // bt) for r in requests]
         self.routes: list[Route | None] = [None] * count
         self.placements: list[Placement | None] = [None] * count
+        self.router_of = [0] * count
         self.replica_of = [0] * count
         self.predicted = [0] * count  # blocks
         self.cached = [0] * count  # blocks
+        self.cached_tiers: list[tuple[int, int, int]] = [(0, 0, 0)] * count  # blocks
         self.pinned: list[list[object]] = [[] for _ in range(count)]
         self.start = [0.0] * count
         self.first = [0.0] * count
@@ -188,6 +261,8 @@ class _Simulation:
         events = self.events
         samples: list[LoadSample] = []
         next_sample = 0.0
+        interval = self.config.load_interval_s
+        next_reading = 0.0
         for rid, request in enumerate(requests):
             now = request.timestamp_ms / 1000.0
             while events and events[0][0] <= now:
@@ -195,6 +270,10 @@ class _Simulation:
             while next_sample <= now:
                 samples.append(self._sample(next_sample))
                 next_sample += LOAD_SAMPLE_S
+            if interval is not None and next_reading <= now:
+                self._read_loads()
+                while next_reading <= now:
+                    next_reading += interval
             self._route(rid, now)
             if progress is not None:
                 progress(rid + 1)
@@ -203,7 +282,18 @@ class _Simulation:
         return PolicyRun(self.policy, self.config, self._outcomes(), tuple(samples))
 
     def _sample(self, time_s: float) -> LoadSample:
-        return LoadSample(time_s, tuple(r.in_flight for r in self.placer.replicas))
+        in_flight = [0] * len(self.engines)
+        for router in self.routers:
+            for i, replica in enumerate(router.placer.replicas):
+                in_flight[i] += replica.in_flight
+        return LoadSample(time_s, tuple(in_flight))
+
+    def _read_loads(self) -> None:
+        """Every router reads every replica's /metrics: running and waiting requests."""
+        loads = [ReplicaLoad(running=e.seated, waiting=len(e.waiting)) for e in self.engines]
+        for router in self.routers:
+            for replica, load in zip(router.placer.replicas, loads, strict=True):
+                replica.read(load)
 
     def _route(self, rid: int, now: float) -> None:
         request = self.requests[rid]
@@ -212,10 +302,12 @@ class _Simulation:
         route = make_route(
             prompt, request_id=request_id, interaction_id=request.interaction_id or request_id
         )
-        placement = self.placer.place(route, now=now)
+        gateway = rid % len(self.routers)  # the balancer's round robin
+        placement = self.routers[gateway].placer.place(route, now=now)
         index = self.position[placement.replica.name]
         self.routes[rid] = route
         self.placements[rid] = placement
+        self.router_of[rid] = gateway
         self.replica_of[rid] = index
         self.predicted[rid] = placement.predicted_blocks
         engine = self.engines[index]
@@ -227,15 +319,29 @@ class _Simulation:
     def _seat(self, rid: int, engine: _Engine, now: float) -> None:
         engine.seated += 1
         admission = engine.cache.admit(self.blocks[rid])
-        if self.exact is not None:
-            # What the replica's KV events would say: BlockRemoved, then BlockStored.
-            self.exact.block_removed(engine.name, cast("list[int]", admission.evicted))
-            self.exact.block_stored(engine.name, cast("list[int]", admission.stored))
+        if self.exact:
+            self._announce(engine.name, admission)
         self.pinned[rid] = admission.pinned
-        self.cached[rid] = min(admission.hit_blocks, self.hit_cap[rid])
+        hits = admission.hit_tiers[: self.hit_cap[rid]]
+        self.cached[rid] = len(hits)
+        if engine.cache.lower_capacity:
+            self.cached_tiers[rid] = (hits.count(0), hits.count(1), hits.count(2))
+        else:
+            self.cached_tiers[rid] = (len(hits), 0, 0)
         engine.prefills.append(rid)
         if not engine.prefill_busy:
             self._start_prefill(engine, now)
+
+    def _announce(self, replica: str, admission: Admission) -> None:
+        """What the replica's KV events would say, to every router: GPU memory's evictions,
+        the lower tiers' changes in order, then the blocks stored in GPU memory."""
+        for router in self.routers:
+            index = router.index
+            index.block_removed(replica, cast("list[int]", admission.evicted), medium=GPU)
+            for tier, stored, block in admission.moves:
+                change = index.block_stored if stored else index.block_removed
+                change(replica, [cast("int", block)], medium=MEDIA[tier])
+            index.block_stored(replica, cast("list[int]", admission.stored), medium=GPU)
 
     def _start_prefill(self, engine: _Engine, now: float) -> None:
         rid = engine.prefills.popleft()
@@ -243,6 +349,9 @@ class _Simulation:
         self.start[rid] = now
         uncached = self.requests[rid].input_length - self.cached[rid] * self.config.block_tokens
         seconds = 0.0 if self.instant_prefill else uncached / self.prefill_rate
+        tiers = self.cached_tiers[rid]
+        if tiers[1] or tiers[2]:
+            seconds += self.timing.fetch_seconds(tiers)
         heapq.heappush(self.events, (now + seconds, _PREFILL_DONE, rid, self.replica_of[rid]))
 
     def _handle(self, event: tuple[float, int, int, int]) -> None:
@@ -258,7 +367,7 @@ class _Simulation:
             if engine.prefills:
                 self._start_prefill(engine, now)
         elif kind == _FIRST_TOKEN:
-            self.placer.first_token(self._placement(rid))
+            self.routers[self.router_of[rid]].placer.first_token(self._placement(rid))
         else:
             self._finish(rid, engine, now)
 
@@ -267,10 +376,11 @@ class _Simulation:
         self.pinned[rid] = []
         engine.seated -= 1
         placement = self._placement(rid)
-        self.placer.finish(placement)
+        placer = self.routers[self.router_of[rid]].placer
+        placer.finish(placement)
         route = self.routes[rid]
         assert route is not None
-        self.placer.learn(
+        placer.learn(
             route,
             placement,
             cached_tokens=self.cached[rid] * self.config.block_tokens,
@@ -299,6 +409,12 @@ class _Simulation:
                     output_tokens=request.output_length,
                     queue_s=self.start[rid] - arrival,
                     ttft_s=self.first[rid] - arrival,
+                    cached_by_tier=(
+                        self.cached_tiers[rid][0] * bt,
+                        self.cached_tiers[rid][1] * bt,
+                        self.cached_tiers[rid][2] * bt,
+                    ),
+                    gateway=self.router_of[rid],
                 )
             )
         return tuple(out)

@@ -64,6 +64,9 @@ class ReportContext:
     price: TokenPrice | None
     version: str
     commit: str
+    cpu_blocks: int = 0
+    disk_blocks: int = 0
+    gateways: tuple[int, ...] = (1,)
 
 
 def kvgate_version() -> str:
@@ -132,6 +135,61 @@ def policy_table(summaries: Sequence[PolicySummary], *, priced: bool = False) ->
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
+def tier_table(summaries: Sequence[PolicySummary], analysis: TraceAnalysis) -> str:
+    """Hit rate by tier, TTFT and prefill saved, against the ceilings, per policy."""
+    pooled = analysis.pooled_tiers or analysis.pooled
+    header = [
+        "policy",
+        "token hit rate",
+        "GPU",
+        "host memory",
+        "disk",
+        "of pooled (all tiers)",
+        "efficiency",
+        "TTFT p50 (s)",
+        "TTFT p99 (s)",
+        "prefill saved (tokens)",
+    ]
+    rows = [header, ["---"] * len(header)]
+    for s in summaries:
+        rows.append(
+            [
+                s.policy,
+                f"{100 * s.token_hit_rate:.2f}%",
+                f"{100 * s.tier_rate(0):.2f}%",
+                f"{100 * s.tier_rate(1):.2f}%",
+                f"{100 * s.tier_rate(2):.2f}%",
+                f"{100 * s.token_hit_rate / pooled.rate:.1f}%" if pooled.rate else "-",
+                f"{100 * s.efficiency:.1f}%",
+                f"{s.ttft_p50_s:.2f}",
+                f"{s.ttft_p99_s:.2f}",
+                f"{s.cached_tokens:,}",
+            ]
+        )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def gateways_table(summaries: Sequence[PolicySummary]) -> str:
+    """Hit rate per policy and number of gateway instances, with the loss against one."""
+    header = ["policy", "gateways", "token hit rate", "loss (points)", "efficiency", "TTFT p99 (s)"]
+    rows = [header, ["---"] * len(header)]
+    single = {s.policy: s.token_hit_rate for s in summaries if s.gateways == 1}
+    for s in summaries:
+        base = single.get(s.policy)
+        loss = "-" if base is None else f"{100 * (base - s.token_hit_rate):.2f}"
+        rows.append(
+            [
+                s.policy,
+                str(s.gateways),
+                f"{100 * s.token_hit_rate:.2f}%",
+                loss,
+                f"{100 * s.efficiency:.1f}%",
+                f"{s.ttft_p99_s:.2f}",
+            ]
+        )
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
 def to_json(
     context: ReportContext, analysis: TraceAnalysis, summaries: Sequence[PolicySummary]
 ) -> dict[str, Any]:
@@ -140,7 +198,10 @@ def to_json(
         "requests": analysis.requests,
         "ceiling": analysis.ceiling.rate,
         "pooled_ceiling": analysis.pooled.rate,
-        "policies": {s.policy: _policy_json(s) for s in summaries},
+        "pooled_tiers_ceiling": None
+        if analysis.pooled_tiers is None
+        else analysis.pooled_tiers.rate,
+        "policies": {_name(s): _policy_json(s) for s in summaries},
         "trace": {
             "path": context.trace,
             "prompt_tokens": analysis.ceiling.prompt_tokens,
@@ -155,6 +216,9 @@ def to_json(
             "capacity_blocks": context.capacity_blocks,
             "block_tokens": context.block_tokens,
             "index": context.index,
+            "cpu_blocks": context.cpu_blocks,
+            "disk_blocks": context.disk_blocks,
+            "gateways": list(context.gateways),
             "router": ROUTER,
             "eviction": EVICTION,
             "timing": asdict(context.timing),
@@ -189,6 +253,8 @@ def to_markdown(
         "Efficiency = token hit rate / infinite-cache ceiling. Max/mean load = the busiest "
         "replica's prefill tokens over the mean. Queue = arrival to prefill start.",
         "",
+        *_tier_lines(context, analysis, summaries),
+        *_gateway_lines(context, summaries),
         "![hit rate](hit_rate.png)",
         "![TTFT](ttft.png)",
         "![load](load.png)",
@@ -233,6 +299,40 @@ def to_markdown(
     return "\n".join(lines)
 
 
+def _tier_lines(
+    context: ReportContext, analysis: TraceAnalysis, summaries: Sequence[PolicySummary]
+) -> list[str]:
+    if analysis.pooled_tiers is None:
+        return []
+    t = context.timing
+    return [
+        "## Cache tiers",
+        "",
+        f"Per replica: {context.capacity_blocks:,} GPU blocks, {context.cpu_blocks:,} in host "
+        f"memory ({t.cpu_block_ms:g} ms a block to load), {context.disk_blocks:,} on disk "
+        f"({t.disk_block_ms:g} ms). Pooled ceiling of the combined capacity "
+        f"({analysis.pooled_tiers_capacity_blocks:,} blocks in one LRU cache): "
+        f"**{100 * analysis.pooled_tiers.rate:.2f}%**.",
+        "",
+        tier_table([s for s in summaries if s.gateways == 1], analysis),
+        "",
+    ]
+
+
+def _gateway_lines(context: ReportContext, summaries: Sequence[PolicySummary]) -> list[str]:
+    if context.gateways == (1,):
+        return []
+    return [
+        "## Gateway instances",
+        "",
+        "K independent instances behind a round-robin balancer, each with its own index "
+        "and in-flight counts, reading the replicas' load every second.",
+        "",
+        gateways_table(summaries),
+        "",
+    ]
+
+
 def write_report(
     directory: Path,
     *,
@@ -248,10 +348,15 @@ def write_report(
     data = to_json(context, analysis, summaries)
     (directory / "report.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
     for run in runs:
-        write_csv(directory / f"requests-{run.policy}.csv", run)
-    plots.hit_rates(directory / "hit_rate.png", summaries, analysis)
-    plots.ttft(directory / "ttft.png", runs)
-    plots.load(directory / "load.png", runs)
+        suffix = "" if run.config.gateways == 1 else f"@{run.config.gateways}"
+        write_csv(directory / f"requests-{run.policy}{suffix}.csv", run)
+    # The plots compare policies: one run each (the first gateway count's).
+    first = summaries[0].gateways if summaries else 1
+    plots.hit_rates(
+        directory / "hit_rate.png", [s for s in summaries if s.gateways == first], analysis
+    )
+    plots.ttft(directory / "ttft.png", [r for r in runs if r.config.gateways == first])
+    plots.load(directory / "load.png", [r for r in runs if r.config.gateways == first])
     plots.trace_shape(directory / "trace.png", requests)
 
 
@@ -300,6 +405,12 @@ def _policy_json(s: PolicySummary) -> dict[str, Any]:
         "prompt_tokens": s.prompt_tokens,
         "cached_tokens": s.cached_tokens,
         "predicted_cached_tokens": s.predicted_cached_tokens,
+        "cached_tokens_by_tier": {
+            "gpu": s.cached_by_tier[0],
+            "host": s.cached_by_tier[1],
+            "disk": s.cached_by_tier[2],
+        },
+        "gateways": s.gateways,
         "prefill_tokens_per_replica": list(s.prefill_tokens_per_replica),
         "requests_per_replica": list(s.requests_per_replica),
         "input_cost_usd": None if s.input_cost_usd is None else str(s.input_cost_usd),
@@ -307,6 +418,11 @@ def _policy_json(s: PolicySummary) -> dict[str, Any]:
             None if s.cost_per_request_usd is None else str(s.cost_per_request_usd)
         ),
     }
+
+
+def _name(s: PolicySummary) -> str:
+    """A policy's key in the report: its name, with the gateway count past one."""
+    return s.policy if s.gateways == 1 else f"{s.policy}@{s.gateways}"
 
 
 def _distribution_json(d: Distribution) -> dict[str, Any]:

@@ -15,6 +15,11 @@ is capped at ``(prompt_tokens - 1) // block_size`` full blocks because vLLM alwa
 recomputes at least the last prompt token; output tokens fill blocks that are cached too
 (all but the last sampled token, which is never fed back), so a next turn that repeats the
 answer hits it; metrics count tokens the way vLLM's prefix-cache counters do.
+
+With lower tiers (``lower_blocks``: host memory, then disk) the cache keeps what GPU
+memory evicts (`gateway.tools.sim.cache`); a hit there is loaded at the timing model's
+cost per block instead of prefilled, counted as cached (vLLM counts a connector's hits
+in ``cached_tokens``), and by tier in ``cached_by_tier`` and the metrics.
 """
 
 from __future__ import annotations
@@ -79,7 +84,11 @@ class EngineStats:
     running: int = 0
     waiting: int = 0
     prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
+    prefix_cache_hits: int = 0  # from GPU memory (vLLM's local prefix cache)
+    # Cached tokens by tier: GPU memory, host memory, disk (vLLM's cache hit sources).
+    cached_by_tier: list[int] = field(default_factory=lambda: [0, 0, 0])
+    # Tokens asked of the lower tiers (vLLM's KV connector): those GPU memory missed.
+    external_queries: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
     finished: dict[str, int] = field(
@@ -99,11 +108,12 @@ class Engine:
         seed: int = 0,
         cache_output_blocks: bool = True,
         events: CacheEvents | None = None,
+        lower_blocks: Sequence[int] = (),
     ) -> None:
         if block_size < 1:
             raise ValueError("block_size must be at least 1")
         self.block_size = block_size
-        self.cache = PrefixCache(capacity_blocks)
+        self.cache = PrefixCache(capacity_blocks, lower=lower_blocks)
         self.timing = timing if timing is not None else TimingModel()
         self.seed = seed
         self.cache_output_blocks = cache_output_blocks
@@ -122,9 +132,11 @@ class Engine:
 
     def reset_prefix_cache(self) -> None:
         """Drop every cached block that no running request holds."""
-        dropped = self.cache.clear()
+        cache = self.cache
+        lower = [cache.tier_blocks(t) for t in range(1, len(cache.lower_capacity) + 1)]
+        dropped = cache.clear()
         if self.events is not None:
-            self.events.cleared(dropped, everything=len(self.cache) == 0)
+            self.events.cleared(dropped, everything=len(cache) == 0, lower=lower)
 
     def output_tokens(self, prompt_token_ids: Sequence[int], count: int) -> list[Token]:
         """The deterministic answer to a prompt: a function of the prompt and the seed only."""
@@ -153,6 +165,7 @@ class Generation:
         self.request = request
         self.prompt_tokens = len(request.prompt_token_ids)
         self.cached_tokens = 0
+        self.cached_by_tier = (0, 0, 0)  # tokens: GPU memory, host memory, disk
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self._hashes: list[bytes] = []
@@ -191,9 +204,11 @@ class Generation:
         """Output tokens as they are produced: each batch is what is ready at one moment."""
         engine = self.engine
         timing = engine.timing
-        if not timing.instant_prefill:
+        fetch = timing.fetch_seconds([t // engine.block_size for t in self.cached_by_tier])
+        if not timing.instant_prefill or fetch:
             async with engine._prefill:
-                await asyncio.sleep(timing.prefill_seconds(self.prompt_tokens - self.cached_tokens))
+                uncached = self.prompt_tokens - self.cached_tokens
+                await asyncio.sleep(timing.prefill_seconds(uncached) + fetch)
         output = self._output
         if timing.instant_decode:
             self._emit(len(output))
@@ -228,11 +243,20 @@ class Generation:
             )
         self._pinned = admission.pinned
         cap = max(0, (self.prompt_tokens - 1) // block_size)
-        self.cached_tokens = min(admission.hit_blocks, cap) * block_size
+        hits = admission.hit_tiers[:cap]
+        self.cached_tokens = len(hits) * block_size
+        by_tier = [0, 0, 0]
+        for tier in hits:
+            by_tier[tier] += block_size
+        self.cached_by_tier = (by_tier[0], by_tier[1], by_tier[2])
         self._output = engine.output_tokens(request.prompt_token_ids, request.max_tokens)
         stats = engine.stats
         stats.prefix_cache_queries += self.prompt_tokens
-        stats.prefix_cache_hits += self.cached_tokens
+        stats.prefix_cache_hits += by_tier[0]
+        if engine.cache.lower_capacity:
+            stats.external_queries += self.prompt_tokens - by_tier[0]
+        for tier, tokens in enumerate(by_tier):
+            stats.cached_by_tier[tier] += tokens
         stats.prompt_tokens += self.prompt_tokens
 
     def _emit(self, count: int) -> None:

@@ -4,9 +4,14 @@ What the engine does to its prefix cache becomes one event batch per engine oper
 (an admission, a finished request's output blocks, a reset): evictions first, as
 ``BlockRemoved``, then the newly cached blocks as ``BlockStored`` (one event per run of
 consecutive blocks, with the parent hash, token ids and the salt as extra key of a first
-block), or ``AllBlocksCleared``. Batches are numbered from 0 per process, published on a
-PUB socket and kept (the last ``buffer_steps``) for replay over a ROUTER socket, exactly
-as vLLM's ``ZmqEventPublisher`` does, so a gateway cannot tell a simulator from vLLM.
+block), or ``AllBlocksCleared``. With lower tiers, what moves between them comes between
+the two, in order, with vLLM's media: GPU memory's evictions stored in ``CPU``, the
+host's evictions removed from ``CPU`` and stored in ``STORAGE``, a hit loaded back
+removed from its tier and stored in ``GPU`` again (offloaded blocks' events carry only
+their hashes, as vLLM's offloading connector's do unless self-describing). Batches are
+numbered from 0 per process, published on a PUB socket and kept (the last
+``buffer_steps``) for replay over a ROUTER socket, exactly as vLLM's
+``ZmqEventPublisher`` does, so a gateway cannot tell a simulator from vLLM.
 
 Endpoints follow vLLM's rule: an address with ``*`` (or ``::``), ``ipc://`` or
 ``inproc://`` is bound, any other is connected to; the replay endpoint is always bound.
@@ -27,7 +32,6 @@ import zmq.asyncio
 
 from gateway.routing.kv_wire import (
     END_SEQ,
-    MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -36,6 +40,7 @@ from gateway.routing.kv_wire import (
     encode_batch,
     seq_bytes,
 )
+from gateway.routing.tiers import GPU, MEDIA
 from gateway.routing.vllm_blocks import external
 from gateway.tools.sim.cache import Admission
 
@@ -145,7 +150,8 @@ class CacheEvents:
         """Evictions, then the runs of newly stored blocks, as one batch."""
         events: list[Event] = []
         if admission.evicted:
-            events.append(BlockRemoved(_keys(admission.evicted), medium=MEDIUM_GPU))
+            events.append(BlockRemoved(_keys(admission.evicted), medium=GPU))
+        events.extend(_moves(admission.moves))
         stored = set(admission.stored)
         run: list[int] = []
         for index, block in enumerate(chain):
@@ -159,13 +165,26 @@ class CacheEvents:
             events.append(self._stored(run, chain, token_ids, cache_salt))
         self.publisher.publish(events)
 
-    def cleared(self, dropped: Sequence[Hashable], *, everything: bool) -> None:
+    def cleared(
+        self,
+        dropped: Sequence[Hashable],
+        *,
+        everything: bool,
+        lower: Sequence[Sequence[Hashable]] = (),
+    ) -> None:
         """A reset: vLLM resets only an idle cache and says AllBlocksCleared; blocks that
-        running requests still pin here stay, so then the dropped ones are named."""
+        running requests still pin here stay, so then the dropped ones are named (and
+        the lower tiers' blocks, ``lower``, each tier's apart)."""
         if everything:
             self.publisher.publish([AllBlocksCleared()])
-        elif dropped:
-            self.publisher.publish([BlockRemoved(_keys(dropped), medium=MEDIUM_GPU)])
+            return
+        events: list[Event] = []
+        if dropped:
+            events.append(BlockRemoved(_keys(dropped), medium=GPU))
+        for tier, blocks in enumerate(lower, 1):
+            if blocks:
+                events.append(BlockRemoved(_keys(blocks), medium=MEDIA[tier]))
+        self.publisher.publish(events)
 
     def _stored(
         self,
@@ -181,9 +200,27 @@ class CacheEvents:
             parent_block_hash=_key(chain[first - 1]) if first else None,
             token_ids=tuple(token_ids[first * size : (last + 1) * size]),
             block_size=size,
-            medium=MEDIUM_GPU,
+            medium=GPU,
             extra_keys=tuple((cache_salt,) if i == 0 and cache_salt else None for i in run),
         )
+
+
+def _moves(moves: Sequence[tuple[int, bool, Hashable]]) -> list[Event]:
+    """Lower tiers' changes as events, consecutive ones of a kind and tier together."""
+    events: list[Event] = []
+    run: list[Hashable] = []
+    kind: tuple[int, bool] | None = None
+    for tier, stored, block in (*moves, (0, False, None)):
+        if (tier, stored) != kind:
+            if kind is not None and run:
+                medium = MEDIA[kind[0]]
+                keys = _keys(run)
+                events.append(
+                    BlockStored(keys, medium=medium) if kind[1] else BlockRemoved(keys, medium)
+                )
+            kind, run = (tier, stored), []
+        run.append(block)
+    return events
 
 
 def _key(block: Hashable) -> int:

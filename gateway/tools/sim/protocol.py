@@ -133,13 +133,27 @@ def parse_generation(
     return ParsedRequest(prompt, max_tokens, stream, include_usage, salt)
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """vLLM's usage object (with --enable-prompt-tokens-details)."""
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int,
+    by_source: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """vLLM's usage object (with --enable-prompt-tokens-details).
+
+    ``by_source``: cached tokens by the tier that served them, under vLLM's cache hit
+    source names (device, host, disk), as ``prompt_tokens_details.cached_tokens_by_source``:
+    the simulator's own addition, made only when it has lower tiers (vLLM 0.32 counts
+    tiers in its metrics only, never per request).
+    """
+    details: dict[str, Any] = {"cached_tokens": cached_tokens}
+    if by_source is not None:
+        details["cached_tokens_by_source"] = by_source
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+        "prompt_tokens_details": details,
     }
 
 

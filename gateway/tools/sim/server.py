@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.routing.tiers import MEDIA, SOURCES
 from gateway.tools.sim.engine import FINISH_LENGTH, Engine, Generation, GenerationRequest
 from gateway.tools.sim.events import CacheEvents, EventPublisher, KvEventsConfig
 from gateway.tools.sim.metrics import render_metrics
@@ -53,6 +54,21 @@ class SimConfig:
     cache_output_blocks: bool = True
     # Publish KV events as vLLM does (--kv-events-config); None: no events.
     kv_events: KvEventsConfig | None = None
+    # Lower tiers: blocks of host memory, then of disk, that keep what GPU memory evicts
+    # (their load times per block are the timing model's); 0: no such tier.
+    cpu_blocks: int = 0
+    disk_blocks: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cpu_blocks < 0 or self.disk_blocks < 0:
+            raise ValueError("cpu_blocks and disk_blocks must be 0 or more")
+        if self.disk_blocks and not self.cpu_blocks:
+            raise ValueError("a disk tier needs a CPU tier above it (cpu_blocks)")
+
+    @property
+    def lower_blocks(self) -> tuple[int, ...]:
+        """The lower tiers' capacities, host memory first."""
+        return tuple(b for b in (self.cpu_blocks, self.disk_blocks) if b)
 
 
 class Replica:
@@ -66,6 +82,7 @@ class Replica:
             timing=config.timing,
             seed=config.seed,
             cache_output_blocks=config.cache_output_blocks,
+            lower_blocks=config.lower_blocks,
         )
         self.created = int(time.time())
 
@@ -245,7 +262,18 @@ def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8000) -> None:
 
 
 def _usage(generation: Generation) -> dict[str, Any]:
-    return usage(generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens)
+    by_source = None
+    if generation.engine.cache.lower_capacity:
+        by_source = {
+            SOURCES[medium]: tokens
+            for medium, tokens in zip(MEDIA, generation.cached_by_tier, strict=True)
+        }
+    return usage(
+        generation.prompt_tokens,
+        generation.completion_tokens,
+        generation.cached_tokens,
+        by_source,
+    )
 
 
 def _json(value: object) -> web.Response:
