@@ -27,7 +27,11 @@ class Endpoint(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One inference request as the gateway understands it."""
+    """One inference request as the gateway understands it.
+
+    ``body`` is the client's JSON object. The vLLM path empties it once it has encoded its
+    upstream body and routed the prompt (a large body is then not held twice).
+    """
 
     endpoint: Endpoint
     model: str
@@ -39,7 +43,7 @@ class Call:
     prompt_chars: int
 
 
-def parse_body(raw: bytes, limit: int) -> dict[str, Any]:
+def parse_body(raw: bytes | bytearray, limit: int) -> dict[str, Any]:
     if len(raw) > limit:
         raise BodyTooLarge(f"request body of {len(raw)} bytes exceeds the limit of {limit}")
     if not raw:
