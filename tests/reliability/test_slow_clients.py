@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import suppress
+from pathlib import Path
 
 import aiohttp
 import openai
@@ -29,6 +30,7 @@ import pytest
 from tests.faults.conftest import MODEL, FaultStack, make_stack
 from tests.faults.probes import metric, rss_kib
 from tests.reliability.test_large_bodies import reset_peak, status_kib
+from tests.support.processes import start_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -418,3 +420,29 @@ def test_past_the_connection_cap_a_client_gets_a_503_to_retry_and_then_is_served
     finally:
         for sock in held:
             sock.close()
+
+
+def test_the_limits_hold_in_every_worker_of_a_multi_worker_gateway(
+    tmp_path: Path,
+) -> None:
+    """`--workers 2` (uvicorn's process supervisor): each worker answers a stalled head
+    with a 408 and an oversized one with a 431."""
+    stack = make_stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'kvgate.db'}",
+        replicas=1,
+        start=False,
+        KVGATE_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
+    )
+    stack.gateway = start_gateway(tmp_path, stack.config, stack.env, args=("--workers", "2"))
+    try:
+        # Several connections, so that both workers take some (the kernel spreads them).
+        socks = [connect(stack) for _ in range(8)]
+        for sock in socks:
+            sock.sendall(head(stack, "X-Never: finished"))
+        assert {error_answer(read_to_close(sock))[0] for sock in socks} == {408}
+        sock = connect(stack)
+        sock.sendall(head(stack, f"X-Padding: {'a' * 64 * 1024}\r\n\r\n"))
+        assert error_answer(read_to_close(sock))[0] == 431
+    finally:
+        stack.close()
