@@ -12,6 +12,7 @@ with no slow clients at all: a timed assertion does not belong in a test).
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import resource
 import socket
@@ -175,14 +176,18 @@ def test_a_kept_alive_connection_may_idle_longer_than_the_header_timeout(
 ) -> None:
     """The head is timed from its own first byte, not from the connection: a client that
     waits between requests (within uvicorn's 5 s keep-alive) keeps its connection."""
-    sock = connect(stack)
-    request = head(stack, f"Content-Length: {len(SMALL_CHAT)}\r\n\r\n") + SMALL_CHAT
-    sock.sendall(request)
-    assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    connection = http.client.HTTPConnection(*address(stack), timeout=SLACK_S)
+    headers = {"Authorization": f"Bearer {stack.key}", "Content-Type": "application/json"}
+    connection.request("POST", CHAT, SMALL_CHAT, headers)
+    first = connection.getresponse()
+    assert first.status == 200 and first.read()
+    sock = connection.sock
     time.sleep(HEADER_TIMEOUT_S + 1)
-    sock.sendall(request)
-    assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
-    sock.close()
+    connection.request("POST", CHAT, SMALL_CHAT, headers)
+    second = connection.getresponse()
+    assert second.status == 200 and second.read()
+    assert connection.sock is sock  # the same connection, not a new one
+    connection.close()
 
 
 def test_a_body_shorter_than_its_content_length_is_a_408_and_counted(
