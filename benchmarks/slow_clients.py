@@ -8,7 +8,7 @@ shorter than its Content-Length), opening a new one whenever the gateway cuts on
 that all of them stay open for the whole measurement. Prints p50/p99 of each, how many
 slow connections the gateway cut and how, and the gateway's memory.
 
-    .venv/bin/python benchmarks/slow_clients.py [--slow 2000] [--requests 4000]
+    .venv/bin/python benchmarks/slow_clients.py [--slow 2000] [--seconds 25]
 """
 
 from __future__ import annotations
@@ -37,19 +37,17 @@ BODY = json.dumps(
 LOAD = """
 import asyncio, json, sys, time
 import aiohttp
-url, key, requests, concurrency = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+url, key, seconds, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 body = sys.stdin.buffer.read()
 latencies, errors = [], 0
 async def main():
     global errors
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     async with aiohttp.ClientSession() as session:
-        left = requests
+        until = time.perf_counter() + seconds
         async def client():
-            nonlocal left
             global errors
-            while left > 0:
-                left -= 1
+            while time.perf_counter() < until:
                 started = time.perf_counter()
                 path = url + "/v1/chat/completions"
                 async with session.post(path, data=body, headers=headers) as r:
@@ -63,11 +61,11 @@ print(json.dumps({"latencies": latencies, "errors": errors}))
 """
 
 
-def normal_load(url: str, key: str, requests: int, concurrency: int) -> tuple[list[float], int]:
+def normal_load(url: str, key: str, seconds: float, concurrency: int) -> tuple[list[float], int]:
     """The normal clients, in their own process (so this one's slow connections cost them
     nothing on the client side)."""
     done = subprocess.run(
-        [sys.executable, "-c", LOAD, url, key, str(requests), str(concurrency)],
+        [sys.executable, "-c", LOAD, url, key, str(seconds), str(concurrency)],
         input=BODY,
         capture_output=True,
         check=True,
@@ -129,7 +127,13 @@ def figures(name: str, latencies: list[float], errors: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slow", type=int, default=2000, help="slow connections held open")
-    parser.add_argument("--requests", type=int, default=4000, help="normal requests per phase")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=25.0,
+        help="each phase's length: two header timeouts (10 s by default) and more, so that"
+        " the gateway cuts every slow connection at least twice meanwhile",
+    )
     parser.add_argument("--concurrency", type=int, default=8, help="normal clients at once")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -142,9 +146,9 @@ def main() -> None:
             assert stack.gateway is not None
             pid = stack.gateway.process.pid
             host, port = stack.url.removeprefix("http://").split(":")
-            normal_load(stack.url, stack.key, 500, args.concurrency)  # warm-up
+            normal_load(stack.url, stack.key, 1.0, args.concurrency)  # warm-up
             rss_before = rss_kib(pid)
-            alone = normal_load(stack.url, stack.key, args.requests, args.concurrency)
+            alone = normal_load(stack.url, stack.key, args.seconds, args.concurrency)
 
             async def under_siege() -> tuple[tuple[list[float], int], Counter[str], int]:
                 stop, cut = asyncio.Event(), Counter[str]()
@@ -155,7 +159,7 @@ def main() -> None:
                 await asyncio.sleep(3)  # all open
                 rss_held = rss_kib(pid)
                 loaded = await asyncio.to_thread(
-                    normal_load, stack.url, stack.key, args.requests, args.concurrency
+                    normal_load, stack.url, stack.key, args.seconds, args.concurrency
                 )
                 stop.set()
                 await asyncio.gather(*slow)
