@@ -13,12 +13,12 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import pytest
 
 from tests.faults.conftest import INSTANT, MODEL, FaultStack, make_stack
+from tests.reliability.wire import reset_peak, status_kib
 
 pytestmark = pytest.mark.e2e
 
@@ -30,19 +30,6 @@ SETTLE_S = 1.0
 # Released: back within a quarter of a body per request of where the first burst began
 # (before the fix, the first burst alone left 67 MiB behind).
 KEPT_AFTER = 16 * MIB
-
-
-def status_kib(pid: int, field: str) -> int:
-    """One memory figure of /proc/PID/status (VmRSS, VmHWM), KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise LookupError(f"no {field} for {pid}")
-
-
-def reset_peak(pid: int) -> None:
-    """Start VmHWM afresh from the current RSS (Linux 4.0+)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def chat_body(size: int) -> bytes:
