@@ -51,8 +51,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gateway."""
-    import uvicorn
-
+    from gateway.server import run
     from gateway.serving.fleets import fleet_configs
 
     s = settings(config)
@@ -64,18 +63,11 @@ def serve(
         level=s.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     count = workers or s.workers
-    options: dict[str, Any] = dict(
-        host=host,
-        port=port,
-        log_level=s.log_level,
-        access_log=False,
-        loop="uvloop",
-        http="httptools",
-    )
+    options: dict[str, Any] = dict(host=host, port=port, log_level=s.log_level, access_log=False)
     if count == 1:
         from gateway.app import create_app
 
-        uvicorn.run(create_app(s), **options)
+        run(create_app(s), settings=s, **options)
         return
     # Each worker is a fresh process that reads its settings from the environment.
     from gateway.config import export_for_workers
@@ -85,7 +77,7 @@ def serve(
     shutil.rmtree(metrics_dir, ignore_errors=True)  # the last run's values are not ours
     metrics_dir.mkdir(parents=True)
     export_for_workers(s.model_copy(update={"workers": count}), metrics_dir=metrics_dir)
-    uvicorn.run("gateway.app:from_environment", factory=True, workers=count, **options)
+    run("gateway.app:from_environment", settings=s, factory=True, workers=count, **options)
 
 
 @app.command()

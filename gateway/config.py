@@ -241,6 +241,14 @@ class Settings(BaseSettings):
     # can lose the records of this last window; a gateway crash loses none).
     journal_sync_interval_ms: float = Field(default=10.0, gt=0, le=1000)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # What one client may hold before it is served, all before authentication
+    # (gateway/server/connections.py): its request head within header_timeout_s of connecting and
+    # max_header_bytes (else 408 / 431), its body within body_timeout_s of the head (else
+    # 408); past max_connections open connections per worker, a new one is answered 503.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024)
+    max_connections: int = Field(default=10_000, ge=1)
     recorder_batch_size: int = Field(default=500, ge=1)
     # Write to the database from a child process, keeping that work off the event loop's
     # core and GIL (false: a thread of the gateway process).

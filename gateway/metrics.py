@@ -56,6 +56,14 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.client_disconnects = Counter(
+            "kvgate_client_disconnects",
+            "Clients gone before their request was read: hung up, or cut at the body deadline"
+            " (KVGATE_BODY_TIMEOUT_S), by phase",
+            ["phase"],
+            registry=r,
+        )
+        self.client_disconnects.labels("body")  # shown from the start, at 0
         self.ttft = Histogram(
             "kvgate_ttft_seconds",
             "Time to first token",

@@ -296,6 +296,10 @@ def documented(default: str) -> object:
         return text == "true"
     if mib := re.fullmatch(r"(\d+) MiB", text):
         return int(mib[1]) * 1024 * 1024
+    if kib := re.fullmatch(r"(\d+) KiB", text):
+        return int(kib[1]) * 1024
+    if re.fullmatch(r"\d{1,3}(,\d{3})+", text):
+        return int(text.replace(",", ""))
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return Decimal(text)
     return text

@@ -7,6 +7,7 @@ as everywhere else.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -18,27 +19,57 @@ from gateway.api.calls import Endpoint, interaction_id, parse_body, parse_call
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
 from gateway.serving.context import Context
 
+log = logging.getLogger("kvgate.inference")
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused as soon as it passes ``limit`` bytes."""
+
+class ClientGone(Exception):
+    """The client left before its request was read: there is no one to answer."""
+
+
+async def read_body(request: Request, limit: int) -> bytes | bytearray:
+    """The request body, refused as soon as it passes ``limit`` bytes.
+
+    One buffer, grown in place: a body that arrives in one piece (most do) is the server's
+    own bytes, uncopied; a larger one is appended into a bytearray, never held twice as
+    chunks and their join. A client that hangs up meanwhile is counted and logged in one
+    line, and raises ``ClientGone``.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body of {declared} bytes exceeds the limit of {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+    receive = request.receive
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        first: bytes = message.get("body", b"")
+        if len(first) > limit:
             raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        return first
+    body = bytearray()
+    while message["type"] == "http.request":
+        chunk = message.get("body", b"")
+        if len(body) + len(chunk) > limit:
+            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        body += chunk
+        if not message.get("more_body", False):
+            return body
+        message = await receive()
+    request.app.state.metrics.client_disconnects.labels("body").inc()
+    log.info(
+        "client gone while its body was read (%d of %s bytes): request %s",
+        len(body),
+        declared or "unknown",
+        request.scope["state"]["request_id"],
+    )
+    raise ClientGone
 
 
 async def _inference(request: Request, endpoint: Endpoint) -> Response:
     state = request.app.state
     principal = await state.keys.authenticate(request.headers.get("authorization"))
     state.recorder.check_accepting()
-    raw = await read_body(request, state.settings.max_body_bytes)
-    call = parse_call(endpoint, parse_body(raw, state.settings.max_body_bytes))
+    limit = state.settings.max_body_bytes
+    # The raw bytes go as soon as they are parsed: not held beside the body for the request.
+    call = parse_call(endpoint, parse_body(await read_body(request, limit), limit))
     deployment = state.deployments.get(call.model)
     if deployment is None:
         raise ModelNotFound(f"The model '{call.model}' does not exist", param="model")
@@ -107,6 +138,8 @@ async def serve(
             )
         response = await handler(Request(scope, receive))
         await response(scope, receive, send_with_id)
+    except ClientGone:
+        return
     except Exception as exc:
         if started:  # a stream already under way: nothing more can be said on it
             raise

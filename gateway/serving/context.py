@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.accounting.records import Status
-from gateway.api.calls import Call
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
+from gateway.serving.calls import Call
 from gateway.usage import Usage
 
 

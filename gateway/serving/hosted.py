@@ -19,10 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from gateway.accounting.records import Status
-from gateway.api.calls import Endpoint, forwardable
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, KvgateError
 from gateway.serving.backend import Answer
+from gateway.serving.calls import Endpoint, forwardable
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
 

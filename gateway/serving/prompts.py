@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gateway.api.calls import Call, Endpoint
 from gateway.routing.inputs import ChatPrompt, PromptInput, TextPrompt
+from gateway.serving.calls import Call, Endpoint
 
 
 def routing_prompt(call: Call) -> PromptInput:

@@ -23,13 +23,13 @@ import aiohttp
 import orjson
 
 from gateway.accounting.records import Status
-from gateway.api.calls import forwardable
 from gateway.auth import cache_salt
 from gateway.config import Deployment
 from gateway.errors import KvgateError, UpstreamError, UpstreamRejected, UpstreamUnavailable
 from gateway.routing.fleet import Fleet
 from gateway.routing.placement import NoReplicaAvailable, Placement, Route
 from gateway.serving.backend import Answer, NoUpstream
+from gateway.serving.calls import forwardable
 from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
 from gateway.serving.prompts import routing_prompt
 from gateway.upstream import sse
@@ -88,6 +88,9 @@ class VllmBackend:
             request_id=ctx.request_id,
             interaction_id=ctx.interaction_id,
         )
+        # Every attempt sends ``encoded``: the parsed body, as large as the request, goes now
+        # instead of being held beside it until the upstream answers.
+        call.body.clear()
         return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set())
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:

@@ -27,8 +27,46 @@ from gateway.usage import Usage, UsageSource, from_litellm
 
 log = logging.getLogger("kvgate.providers")
 
-# Fields the gateway acts on itself, or that only vLLM understands: never sent to providers.
-GATEWAY_FIELDS = frozenset({"model", "stream", "stream_options", "cache_salt", "metadata"})
+
+# The OpenAI chat parameters a client may send on to a provider. litellm takes its own
+# options as keyword arguments beside them (api_base, api_key, mock_response,
+# custom_llm_provider, credentials of clouds…): passed from a body, a client could send the
+# operator's key to a host of its choosing or get an answer no provider gave. Only these
+# leave the gateway; anything else in the body is dropped, as litellm's drop_params would.
+CHAT_PARAMETERS = frozenset(
+    {
+        "messages",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
 CHARS_PER_TOKEN = 4  # only for estimates when a provider reported no usage
 GENERATED = ("content", "tool_calls", "reasoning_content", "function_call")
 # Sent when a target names no key: litellm would otherwise take one from the provider's usual
@@ -347,7 +385,7 @@ class Providers:
     def arguments(self, request: ProviderRequest) -> dict[str, Any]:
         """litellm's keyword arguments for one call."""
         target = request.target
-        body = {k: v for k, v in request.body.items() if k not in GATEWAY_FIELDS}
+        body = {k: v for k, v in request.body.items() if k in CHAT_PARAMETERS}
         if target.cache_control and anthropic_family(target.litellm_model):
             mark_stable_prefix(body, target.cache_ttl)
         arguments: dict[str, Any] = {

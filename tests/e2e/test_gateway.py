@@ -260,7 +260,7 @@ def test_openai_client_raises_authentication_error(stack: Stack) -> None:
         (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
         (b'{"model": 7, "messages": []}', 400, "model"),
         (b'{"model": "solo-llama", "messages": "hi"}', 400, "messages"),
-        (b'{"model": "solo-llama", "messages": [{"content": "x"}]}', 400, "messages[0]"),
+        (b'{"model": "solo-llama", "messages": [{"content": "x"}]}', 400, "messages[0].role"),
         (
             b'{"model": "solo-llama", ' + USER_X + b', "max_tokens": "5"}',
             400,

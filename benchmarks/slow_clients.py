@@ -1,0 +1,185 @@
+"""Normal clients' latency with and without thousands of slow connections held open.
+
+One run, this machine: `kvgate serve` in front of an instant `kvgate sim`. First the normal
+load alone (chat completions from a separate process, at a fixed concurrency), then the
+same load while this process holds ``--slow`` connections that never finish their request
+(a head trickled a byte every half second, a head of 30 KiB left unterminated, a body
+shorter than its Content-Length), opening a new one whenever the gateway cuts one, so
+that all of them stay open for the whole measurement. Prints p50/p99 of each, how many
+slow connections the gateway cut and how, and the gateway's memory.
+
+    .venv/bin/python benchmarks/slow_clients.py [--slow 2000] [--seconds 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.faults.conftest import MODEL, make_stack
+from tests.faults.probes import rss_kib
+
+BODY = json.dumps(
+    {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hello there"}]}
+).encode()
+
+LOAD = """
+import asyncio, json, sys, time
+import aiohttp
+url, key, seconds, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+body = sys.stdin.buffer.read()
+latencies, errors = [], 0
+async def main():
+    global errors
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    async with aiohttp.ClientSession() as session:
+        until = time.perf_counter() + seconds
+        async def client():
+            global errors
+            while time.perf_counter() < until:
+                started = time.perf_counter()
+                path = url + "/v1/chat/completions"
+                async with session.post(path, data=body, headers=headers) as r:
+                    await r.read()
+                    if r.status != 200:
+                        errors += 1
+                latencies.append(time.perf_counter() - started)
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+asyncio.run(main())
+print(json.dumps({"latencies": latencies, "errors": errors}))
+"""
+
+
+def normal_load(url: str, key: str, seconds: float, concurrency: int) -> tuple[list[float], int]:
+    """The normal clients, in their own process (so this one's slow connections cost them
+    nothing on the client side)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD, url, key, str(seconds), str(concurrency)],
+        input=BODY,
+        capture_output=True,
+        check=True,
+    )
+    result = json.loads(done.stdout)
+    return result["latencies"], result["errors"]
+
+
+def head(key: str, extra: str) -> bytes:
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\n{extra}"
+    ).encode()
+
+
+async def hold(host: str, port: int, key: str, kind: int, stop: asyncio.Event, cut: Counter[str]):
+    """One slow connection, opened again each time the gateway cuts it, until ``stop``."""
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            cut["connect failed"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        if kind == 0:
+            data = head(key, "X-Slowly: " + "a" * 200)
+            writer.write(data[:1])
+        elif kind == 1:
+            writer.write(head(key, "X-Big: " + "a" * (30 * 1024)))
+        else:
+            writer.write(head(key, "Content-Length: 1000\r\n\r\n") + b'{"model": ')
+        read = asyncio.ensure_future(reader.read(64))
+        sent = 1
+        while not read.done() and not stop.is_set():
+            await asyncio.wait([read], timeout=0.5)
+            if kind == 0 and not read.done() and sent < len(data):
+                writer.write(data[sent : sent + 1])
+                sent += 1
+        if read.done():
+            try:
+                answer = read.result()
+            except ConnectionError:
+                answer = b"reset"
+            cut[answer[:12].decode(errors="replace") or "closed"] += 1
+        else:
+            read.cancel()
+        writer.close()
+
+
+def figures(name: str, latencies: list[float], errors: int) -> str:
+    ordered = sorted(latencies)
+    p50 = statistics.median(ordered) * 1000
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+    return (
+        f"{name:<32} {len(ordered):>6} req  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  errors {errors}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slow", type=int, default=2000, help="slow connections held open")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=25.0,
+        help="each phase's length: two header timeouts (10 s by default) and more, so that"
+        " the gateway cuts every slow connection at least twice meanwhile",
+    )
+    parser.add_argument("--concurrency", type=int, default=8, help="normal clients at once")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.slow + 1024)), hard))
+
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch)
+        stack = make_stack(tmp, f"sqlite:///{tmp / 'kvgate.db'}", replicas=1)
+        try:
+            assert stack.gateway is not None
+            pid = stack.gateway.process.pid
+            host, port = stack.url.removeprefix("http://").split(":")
+            normal_load(stack.url, stack.key, 1.0, args.concurrency)  # warm-up
+            rss_before = rss_kib(pid)
+            alone = normal_load(stack.url, stack.key, args.seconds, args.concurrency)
+
+            async def under_siege() -> tuple[tuple[list[float], int], Counter[str], int]:
+                stop, cut = asyncio.Event(), Counter[str]()
+                slow = [
+                    asyncio.ensure_future(hold(host, int(port), stack.key, i % 3, stop, cut))
+                    for i in range(args.slow)
+                ]
+                await asyncio.sleep(3)  # all open
+                rss_held = rss_kib(pid)
+                loaded = await asyncio.to_thread(
+                    normal_load, stack.url, stack.key, args.seconds, args.concurrency
+                )
+                stop.set()
+                await asyncio.gather(*slow)
+                return loaded, cut, rss_held
+
+            started = time.monotonic()
+            loaded, cut, rss_held = asyncio.run(under_siege())
+            held_s = time.monotonic() - started
+        finally:
+            stack.close()
+
+    print(f"kvgate serve, an instant sim, {args.concurrency} normal clients")
+    print(figures("alone", *alone))
+    print(figures(f"with {args.slow} slow connections", *loaded))
+    print(
+        f"slow connections held for {held_s:.1f} s; the gateway's answers to them: "
+        + (", ".join(f"{answer!r} {n}" for answer, n in cut.most_common()) or "none yet")
+    )
+    print(f"gateway RSS {rss_before / 1024:.1f} MiB alone, {rss_held / 1024:.1f} MiB with them")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The request bodies of the inference endpoints, as JSON shapes (gateway/api/shapes.py).
+
+Every member the gateway, its prompt renderers (gateway/routing) or litellm read is
+typed here as OpenAI's API documents it; members not listed pass through unchecked to
+the upstream, which checks its own extensions. ``null`` stands for "not given" wherever
+OpenAI's API takes it. An endpoint added later adds its shape to ``SCHEMAS`` (and its
+example body to tests/reliability/test_json_types.py).
+"""
+
+from __future__ import annotations
+
+from gateway.api.shapes import (
+    Shape,
+    array,
+    boolean,
+    either,
+    integer,
+    mapping,
+    nullable,
+    number,
+    obj,
+    string,
+    variants,
+)
+
+MAX_TOKENS_LIMIT = 1_000_000
+MAX_TOKEN_ID = 2**32 - 1  # token ids are hashed as 32-bit unsigned integers
+
+
+def _url() -> Shape:
+    return obj({"url": string(), "detail": string()}, required=("url",))
+
+
+def _part(type_: str, **members: Shape) -> Shape:
+    return obj({"type": string(type_), **members}, required=("type", *members))
+
+
+TEXT_PART = _part("text", text=string())
+# The parts of a user message: OpenAI's, and the media vLLM and litellm both take.
+USER_PARTS = {
+    "text": TEXT_PART,
+    "image_url": _part("image_url", image_url=_url()),
+    "input_audio": _part("input_audio", input_audio=obj({"data": string(), "format": string()})),
+    "file": _part(
+        "file", file=obj({"file_id": string(), "file_data": string(), "filename": string()})
+    ),
+    "audio_url": _part("audio_url", audio_url=_url()),
+    "video_url": _part("video_url", video_url=_url()),
+}
+ASSISTANT_PARTS = {"text": TEXT_PART, "refusal": _part("refusal", refusal=string())}
+
+
+def _parts(kinds: dict[str, Shape]) -> Shape:
+    """An array of content parts, each checked as the part its 'type' names."""
+    types = ", ".join(f"'{t}'" for t in kinds)
+    part = variants(
+        obj({"type": string(*kinds)}, required=("type",), what="a content part"), "type", kinds
+    )
+    return array(part, f"an array of content parts (of type {types})")
+
+
+def _content(parts: dict[str, Shape], *, optional: bool) -> Shape:
+    shape = either(
+        string(),
+        _parts(parts),
+        what="a string or an array of content parts" + (" or null" if optional else ""),
+    )
+    return nullable(shape) if optional else shape
+
+
+FUNCTION_CALL = obj(
+    {"name": string(), "arguments": string()},
+    required=("name", "arguments"),
+    what="an object with a string 'name' and string 'arguments'",
+)
+TOOL_CALL = obj(
+    {"id": string(), "type": string(), "function": FUNCTION_CALL},
+    required=("id", "type", "function"),
+    what="a tool call (an object with 'id', 'type' and 'function')",
+)
+ROLE = {"role": string(), "name": nullable(string())}
+TEXT_CONTENT = _content({"text": TEXT_PART}, optional=False)
+# A message is checked by its role, as OpenAI's API defines each; a role it does not
+# define (a custom chat template's) is checked as a generic message.
+MESSAGE = variants(
+    obj(
+        {**ROLE, "content": _content({**USER_PARTS, **ASSISTANT_PARTS}, optional=True)},
+        required=("role",),
+        what="a message (an object with a string 'role')",
+    ),
+    "role",
+    {
+        "system": obj({**ROLE, "content": TEXT_CONTENT}, required=("role", "content")),
+        "developer": obj({**ROLE, "content": TEXT_CONTENT}, required=("role", "content")),
+        "user": obj(
+            {**ROLE, "content": _content(USER_PARTS, optional=False)},
+            required=("role", "content"),
+        ),
+        "assistant": obj(
+            {
+                **ROLE,
+                "content": _content(ASSISTANT_PARTS, optional=True),
+                "tool_calls": nullable(array(TOOL_CALL, "an array of tool calls")),
+                "function_call": nullable(FUNCTION_CALL),
+                "refusal": nullable(string()),
+            },
+            required=("role",),
+        ),
+        "tool": obj(
+            {**ROLE, "content": TEXT_CONTENT, "tool_call_id": string()},
+            required=("role", "content", "tool_call_id"),
+        ),
+        "function": obj(
+            {"role": string(), "name": string(), "content": nullable(string())},
+            required=("role", "name"),
+        ),
+    },
+)
+FUNCTION = obj(
+    {
+        "name": string(),
+        "description": nullable(string()),
+        "parameters": nullable(obj({})),
+        "strict": nullable(boolean()),
+    },
+    required=("name",),
+    what="a function (an object with a string 'name')",
+)
+TOOL = obj(
+    {"type": string("function"), "function": FUNCTION},
+    required=("type", "function"),
+    what="a tool (an object with 'type' and 'function')",
+)
+TOOL_CHOICE = either(
+    string(),
+    obj(
+        {"type": string(), "function": obj({"name": string()}, required=("name",))},
+        required=("type",),
+    ),
+    what="a string or an object",
+)
+RESPONSE_FORMAT = obj(
+    {
+        "type": string(),
+        # 'schema' is required: litellm reads it unconditionally.
+        "json_schema": obj(
+            {
+                "name": string(),
+                "description": nullable(string()),
+                "schema": obj({}),
+                "strict": nullable(boolean()),
+            },
+            required=("name", "schema"),
+        ),
+    },
+    required=("type",),
+    what="an object with a string 'type'",
+)
+STOP = either(
+    string(),
+    array(string(), "an array of strings"),
+    what="a string, an array of strings or null",
+)
+STREAM_OPTIONS = obj(
+    {"include_usage": nullable(boolean()), "continuous_usage_stats": nullable(boolean())}
+)
+METADATA = obj({"interaction_id": nullable(string())})
+TOKEN_LIMIT = integer(1, MAX_TOKENS_LIMIT)
+
+# What both endpoints take.
+COMMON: dict[str, Shape] = {
+    "model": string(),
+    "stream": nullable(boolean()),
+    "stream_options": nullable(STREAM_OPTIONS),
+    "max_tokens": nullable(TOKEN_LIMIT),
+    "n": nullable(TOKEN_LIMIT),
+    "temperature": nullable(number()),
+    "top_p": nullable(number()),
+    "frequency_penalty": nullable(number()),
+    "presence_penalty": nullable(number()),
+    "logit_bias": nullable(mapping(number(), "an object of numbers")),
+    "seed": nullable(integer()),
+    "stop": nullable(STOP),
+    "user": nullable(string()),
+    "cache_salt": nullable(string()),
+    "metadata": nullable(METADATA),
+    "service_tier": nullable(string()),
+}
+
+CHAT = obj(
+    {
+        **COMMON,
+        "messages": array(MESSAGE, "a non-empty array", min_items=1),
+        "max_completion_tokens": nullable(TOKEN_LIMIT),
+        "logprobs": nullable(boolean()),
+        "top_logprobs": nullable(integer()),
+        "tools": nullable(array(TOOL, "an array of tools")),
+        "tool_choice": nullable(TOOL_CHOICE),
+        "parallel_tool_calls": nullable(boolean()),
+        "response_format": nullable(RESPONSE_FORMAT),
+        "functions": nullable(array(FUNCTION, "an array of functions")),
+        "function_call": nullable(TOOL_CHOICE),
+        "modalities": nullable(array(string(), "an array of strings")),
+        "reasoning_effort": nullable(string()),
+        "store": nullable(boolean()),
+    },
+    required=("model", "messages"),
+)
+
+PROMPT = either(
+    string(),
+    array(
+        either(string(), integer(0, MAX_TOKEN_ID), what="a string or a token id"),
+        "an array of strings or an array of token ids",
+        min_items=1,
+        uniform=True,
+    ),
+    what="a string, an array of strings or an array of token ids",
+)
+COMPLETIONS = obj(
+    {
+        **COMMON,
+        "prompt": PROMPT,
+        "echo": nullable(boolean()),
+        "logprobs": nullable(integer()),
+        "best_of": nullable(integer()),
+        "suffix": nullable(string()),
+    },
+    required=("model", "prompt"),
+)

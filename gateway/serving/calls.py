@@ -1,0 +1,49 @@
+"""A call as the request path takes it: which endpoint, the model, the client's body and
+the few facts serving acts on; parsed and validated at the edge (gateway/api/calls.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+
+MAX_NESTING = 254  # levels of JSON nesting orjson writes (it reads 1024)
+
+
+class Endpoint(StrEnum):
+    """The inference endpoints, by path."""
+
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One inference request as the gateway understands it.
+
+    ``body`` is the client's JSON object. The vLLM path empties it once it has encoded its
+    upstream body and routed the prompt (a large body is then not held twice).
+    """
+
+    endpoint: Endpoint
+    model: str
+    body: dict[str, Any]
+    stream: bool
+    client_wants_usage: bool
+    client_salt: str | None
+    interaction_hint: str | None
+    prompt_chars: int
+
+
+def forwardable(body: dict[str, Any]) -> bytes:
+    """The body as JSON for an upstream; one nested too deeply to write is a 400."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        raise InvalidRequest(
+            f"request body is nested more than {MAX_NESTING} levels deep: cannot forward it"
+        ) from None

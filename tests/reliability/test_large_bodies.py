@@ -1,0 +1,182 @@
+"""Large request bodies: a real gateway's memory per body, at its peak and after.
+
+Sixteen clients send a 3.9 MiB chat body each, all at once, to `kvgate serve` in front of
+an instant `kvgate sim`. The gateway's peak resident memory (VmHWM, reset just before
+through /proc/PID/clear_refs, so no spike between two samples is missed) may grow by at
+most twice the bodies in flight, and once they are answered its memory must come back
+down: buffers of that size are returned to the system, not kept in malloc's arenas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+from starlette.requests import Request
+from starlette.types import Message
+
+from gateway.api.inference import read_body
+from tests.faults.conftest import INSTANT, MODEL, Stack, make_stack
+from tests.reliability.wire import reset_peak, status_kib
+
+pytestmark = pytest.mark.e2e
+
+CLIENTS = 16
+BODY_BYTES = int(3.9 * 1024 * 1024)
+MIB = 1024 * 1024
+BURSTS = 3
+SETTLE_S = 1.0
+# Released: back within a quarter of a body per request of where the first burst began
+# (before the fix, the first burst alone left 67 MiB behind).
+KEPT_AFTER = 16 * MIB
+
+
+def chat_body(size: int) -> bytes:
+    """A chat body of exactly ``size`` bytes: one long user message of ordinary words."""
+    words = "the quick brown fox jumps over the lazy dog and keeps running far away "
+    shell = json.dumps(
+        {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": ""}]}
+    ).encode()
+    filler = (words * (size // len(words) + 1))[: size - len(shell)]
+    body = shell.replace(b'"content": ""', b'"content": "' + filler.encode() + b'"')
+    assert len(body) == size
+    return body
+
+
+async def send_all(url: str, key: str, body: bytes, clients: int) -> list[int]:
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def one() -> int:
+            async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+                await r.read()
+                return r.status
+
+        return await asyncio.gather(*(one() for _ in range(clients)))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("large-bodies")
+    stack = make_stack(
+        tmp,
+        f"sqlite:///{tmp / 'kvgate.db'}",
+        replicas=1,
+        sim_args=(*INSTANT, "--max-model-len", "4000000", "--capacity-blocks", "65536"),
+        # The replica tokenizes sixteen long prompts in a row: not a reason to take it out.
+        KVGATE_HEALTH_INTERVAL_S="600",
+    )
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the router's block hashes kept compactly (gateway/routing, not this branch):"
+    " a Python int per 64 characters of prompt is 0.6x the body per request, and those small"
+    " objects pin about 30 MiB of the allocator's arenas after the first burst",
+)
+def test_sixteen_concurrent_large_bodies_peak_under_twice_their_size_and_are_released(
+    stack: Stack,
+) -> None:
+    """Three bursts: each peaks under twice its bodies, and after each the gateway is back
+    within KEPT_AFTER of where the first began."""
+    assert stack.gateway is not None
+    pid = stack.gateway.process.pid
+    body = chat_body(BODY_BYTES)
+    # Warm up every path a body takes, and the connection pools (both sides) at this width.
+    assert asyncio.run(send_all(stack.url, stack.key, chat_body(1024), CLIENTS)) == [200] * CLIENTS
+    assert asyncio.run(send_all(stack.url, stack.key, body, 2)) == [200, 200]
+    time.sleep(SETTLE_S)
+    start = status_kib(pid, "VmRSS")
+    failures = []
+    for burst in range(1, BURSTS + 1):
+        before = status_kib(pid, "VmRSS")
+        reset_peak(pid)
+        statuses = asyncio.run(send_all(stack.url, stack.key, body, CLIENTS))
+        peak = status_kib(pid, "VmHWM")
+        time.sleep(SETTLE_S)
+        after = status_kib(pid, "VmRSS")
+        growth, kept = (peak - before) * 1024, (after - start) * 1024
+        print(
+            f"\nburst {burst}: {CLIENTS} concurrent bodies of {BODY_BYTES / MIB:.1f} MiB: "
+            f"gateway RSS {before / 1024:.1f} MiB before, {peak / 1024:.1f} MiB peak "
+            f"(+{growth / MIB:.1f} MiB, {growth / CLIENTS / BODY_BYTES:.2f}x a body per "
+            f"request), {after / 1024:.1f} MiB after ({kept / MIB:+.1f} MiB from the start)"
+        )
+        assert statuses == [200] * CLIENTS
+        if growth > 2 * CLIENTS * BODY_BYTES or kept > KEPT_AFTER:
+            failures.append(burst)
+    assert failures == []
+
+
+FREED = """
+import os, sys
+def rss_mib():
+    for line in open(f"/proc/{os.getpid()}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+from gateway.server import release_large_buffers
+if sys.argv[1] == "tuned":
+    release_large_buffers()
+size = 4 * 1024 * 1024
+first = b"x" * size  # glibc raises its mmap threshold when a mapped block is freed
+del first
+before = rss_mib()
+bodies = [b"x" * size for _ in range(16)]
+small = [bytes(64) for _ in range(10000)]  # allocated among them, as a server does
+del bodies
+print(before, rss_mib())
+"""
+
+
+@pytest.mark.parametrize("allocator", ["tuned", "glibc default"])
+def test_freed_large_buffers_go_back_to_the_system(allocator: str) -> None:
+    """What every serving process does at start (gateway.server.release_large_buffers):
+    16 bodies of 4 MiB, freed, leave nothing resident. glibc's default keeps them."""
+    done = subprocess.run(
+        [sys.executable, "-c", FREED, allocator], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, done.stdout.split())
+    if allocator == "tuned":
+        assert after - before <= 4
+    else:  # the behaviour the tuning exists for, still there without it
+        assert after - before >= 48
+
+
+async def _read(body: bytes, chunk: int) -> tuple[bytes | bytearray, int]:
+    """``read_body`` of a body arriving in pieces; what it returned and its peak memory."""
+    offset = 0
+
+    async def receive() -> Message:
+        # Each piece a new object, as the server's are.
+        nonlocal offset
+        piece, offset = body[offset : offset + chunk], offset + chunk
+        return {"type": "http.request", "body": piece, "more_body": offset < len(body)}
+
+    scope = {"type": "http", "headers": [(b"content-length", b"%d" % len(body))]}
+    tracemalloc.start()
+    try:
+        read = await read_body(Request(scope, receive), limit=len(body))
+        return read, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_body_in_pieces_is_read_into_one_buffer_not_pieces_and_their_join() -> None:
+    body = b"x" * (4 * 1024 * 1024)
+    read, peak = asyncio.run(_read(body, 64 * 1024))
+    assert read == body
+    # One buffer grown in place (bytearray over-allocates by an eighth); the pieces and
+    # their join held it twice.
+    assert peak <= 1.25 * len(body)
