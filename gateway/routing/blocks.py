@@ -49,7 +49,7 @@ class Hasher(Protocol):
         """Tokens one block stands for (exact in token mode, estimated in text mode)."""
         ...
 
-    def hashes(self, text: str, *, root: int) -> list[int]:
+    def hashes(self, text: str, *, root: int) -> Sequence[int]:
         """The chained hashes of the prompt's full blocks, head first."""
         ...
 
@@ -65,7 +65,7 @@ class TextHasher:
     def block_tokens(self) -> int:
         return max(1, round(self.chunk_chars / self.chars_per_token))
 
-    def hashes(self, text: str, *, root: int) -> list[int]:
+    def hashes(self, text: str, *, root: int) -> Sequence[int]:
         return text_block_hashes(text, chunk_chars=self.chunk_chars, root=root)
 
 
@@ -78,11 +78,16 @@ def root_hash(model: str, cache_salt: str) -> int:
     return _hash(payload)
 
 
-def text_block_hashes(text: str, *, chunk_chars: int, root: int) -> list[int]:
-    """Chained hashes of the text's full chunks of ``chunk_chars`` characters."""
+def text_block_hashes(text: str, *, chunk_chars: int, root: int) -> array[int]:
+    """Chained hashes of the text's full chunks of ``chunk_chars`` characters.
+
+    Kept as one array of 64-bit words, not a list of Python ints: a long prompt has a hash
+    per 64 characters, and as objects they cost more than half the prompt again, and stay
+    in the allocator's arenas after the request (RELIABILITY.md, memory per large body).
+    """
     if chunk_chars < 1:
         raise ValueError("chunk_chars must be at least 1")
-    out: list[int] = []
+    out: array[int] = array("Q")
     append = out.append
     parent = root
     # Only full chunks, as vLLM caches only full blocks: a growing prompt keeps its hashes.

@@ -80,12 +80,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the router's block hashes kept compactly (gateway/routing, not this branch):"
-    " a Python int per 64 characters of prompt is 0.6x the body per request, and those small"
-    " objects pin about 30 MiB of the allocator's arenas after the first burst",
-)
 def test_sixteen_concurrent_large_bodies_peak_under_twice_their_size_and_are_released(
     stack: Stack,
 ) -> None:

@@ -16,7 +16,7 @@ from gateway.routing.blocks import (
 
 def test_only_full_chunks_are_hashed() -> None:
     assert len(text_block_hashes("x" * 130, chunk_chars=64, root=1)) == 2
-    assert text_block_hashes("x" * 63, chunk_chars=64, root=1) == []
+    assert list(text_block_hashes("x" * 63, chunk_chars=64, root=1)) == []
 
 
 def test_a_prompt_that_extends_another_keeps_its_hashes() -> None:
