@@ -8,14 +8,16 @@ as everywhere else.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.api.calls import Endpoint, interaction_id, parse_body, parse_call
+from gateway.api.calls import Call, Endpoint, interaction_id, parse_body, parse_call
+from gateway.auth import Principal
+from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
 from gateway.serving.context import Context
 
@@ -64,24 +66,53 @@ async def read_body(request: Request, limit: int) -> bytes | bytearray:
 
 
 async def _inference(request: Request, endpoint: Endpoint) -> Response:
+    """One inference call, step by step; serving does the rest of the path (route, call,
+    learn, record, respond)."""
     state = request.app.state
-    principal = await state.keys.authenticate(request.headers.get("authorization"))
-    state.recorder.check_accepting()
-    limit = state.settings.max_body_bytes
-    # The raw bytes go as soon as they are parsed: not held beside the body for the request.
-    call = parse_call(endpoint, parse_body(await read_body(request, limit), limit))
-    deployment = state.deployments.get(call.model)
+    principal = await authenticate(request)
+    state.recorder.check_accepting()  # 503 now rather than an answer with no record
+    call = await parse(request, endpoint)
+    deployment = look_up(state.deployments, call.model)
+    return await state.serving.serve(context_of(request, principal, deployment, call))  # type: ignore[no-any-return]
+
+
+async def authenticate(request: Request) -> Principal:
+    """The caller, from its API key."""
+    principal: Principal = await request.app.state.keys.authenticate(
+        request.headers.get("authorization")
+    )
+    return principal
+
+
+async def parse(request: Request, endpoint: Endpoint) -> Call:
+    """The body, read within the size limit and validated into a Call.
+
+    The raw bytes go as soon as they are parsed: they are not held beside the body.
+    """
+    limit = request.app.state.settings.max_body_bytes
+    return parse_call(endpoint, parse_body(await read_body(request, limit), limit))
+
+
+def look_up(deployments: Mapping[str, AnyDeployment], model: str) -> AnyDeployment:
+    """The deployment serving ``model``; 404 in the endpoint's shape if none does."""
+    deployment = deployments.get(model)
     if deployment is None:
-        raise ModelNotFound(f"The model '{call.model}' does not exist", param="model")
+        raise ModelNotFound(f"The model '{model}' does not exist", param="model")
+    return deployment
+
+
+def context_of(
+    request: Request, principal: Principal, deployment: AnyDeployment, call: Call
+) -> Context:
+    """The request as every attempt of it sees it: ids, caller, deployment, call."""
     request_id = request.scope["state"]["request_id"]
-    ctx = Context(
+    return Context(
         request_id=request_id,
         interaction_id=interaction_id(request.headers.get("x-interaction-id"), call, request_id),
         principal=principal,
         deployment=deployment,
         call=call,
     )
-    return await state.serving.serve(ctx)  # type: ignore[no-any-return]
 
 
 async def chat_completions(request: Request) -> Response:
