@@ -3,7 +3,8 @@
 Context   one client request (who, which deployment, the parsed call), for all attempts
 Attempt   one try of it on one upstream (a replica, or a provider target)
 Outcome   how an attempt ended: status, usage, first token, finish reason, tier, error
-Expectation  what routing expected of the attempt (predicted and ceiling cached tokens)
+Expectation  what routing expected of the attempt (predicted and ceiling cached tokens,
+             and its prefix break against the interaction's previous request)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gateway.accounting.records import Status
 from gateway.api.calls import Call
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
+from gateway.routing.breaks import PrefixBreak
 from gateway.usage import Usage
 
 
@@ -84,6 +86,8 @@ class Expectation:
     ceiling_cached_tokens: int | None = None
     # Whether both were counted in the replicas' own tokens (a tokenizer), or approximated.
     ceiling_exact: bool | None = None
+    # Where the prompt left its interaction's previous one (gateway/serving/breaks.py).
+    prefix_break: PrefixBreak | None = None
 
 
 NO_EXPECTATION = Expectation()

@@ -15,7 +15,7 @@ def record_of(
     expectation: Expectation = NO_EXPECTATION,
 ) -> Record:
     """The attempt's record, priced with the entry in force at the attempt's start."""
-    usage = outcome.usage
+    usage, broken = outcome.usage, expectation.prefix_break
     priced = ledger.price(
         attempt.bills_as, at=attempt.started_at, usage=usage, tier=outcome.service_tier
     )
@@ -44,4 +44,8 @@ def record_of(
         ceiling_cached_tokens=expectation.ceiling_cached_tokens,
         ceiling_exact=expectation.ceiling_exact,
         extra={"service_tier": outcome.service_tier} if outcome.service_tier else {},
+        break_tokens=broken.break_tokens if broken else None,
+        lost_tokens=broken.lost_tokens if broken else None,
+        break_early=broken.early if broken else None,
+        break_context=broken.context if broken else None,
     )

@@ -4,7 +4,8 @@ plan     the upstream body once (served model name, the tenant's cache salt, usa
          asked for) and the request's route (its salted block hashes)
 start    fleet.place: a replica for the attempt (up to two, on connect errors)
 send     one aiohttp POST; open: the same, streamed, events split and inspected
-learn    the reported cached tokens correct the routing index
+learn    the reported cached tokens correct the routing index; the prompt's prefix break
+         against its interaction's previous request is measured (serving/breaks.py)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.errors import KvgateError, UpstreamError, UpstreamRejected, Upstrea
 from gateway.routing.fleet import Fleet
 from gateway.routing.placement import NoReplicaAvailable, Placement, Route
 from gateway.serving.backend import Answer, NoUpstream
+from gateway.serving.breaks import DEFAULT_SIZE, Arrival, BreakWatch, interaction_key, renderer
 from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
 from gateway.serving.prompts import routing_prompt
 from gateway.upstream import sse
@@ -44,6 +46,7 @@ class Plan:
     route: Route
     timeout: aiohttp.ClientTimeout
     tried: set[str]
+    arrival: Arrival | None = None  # its place in its interaction, for prefix breakers
 
 
 class VllmBackend:
@@ -56,6 +59,7 @@ class VllmBackend:
         session: aiohttp.ClientSession,
         fleets: Mapping[str, Fleet],
         deployments: Mapping[str, Deployment],
+        break_lru_size: int = DEFAULT_SIZE,
     ) -> None:
         self.secret = secret
         self.session = session
@@ -65,6 +69,10 @@ class VllmBackend:
                 total=deployments[name].timeout_s, sock_connect=deployments[name].connect_timeout_s
             )
             for name in self.fleets
+        }
+        self.breaks = {
+            name: BreakWatch(name, size=break_lru_size, render=renderer(fleet.hasher.tokenizer))
+            for name, fleet in self.fleets.items()
         }
 
     async def plan(self, ctx: Context) -> Plan:
@@ -77,13 +85,21 @@ class VllmBackend:
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
+        source = routing_prompt(call)
         route = await fleet.route_async(
-            routing_prompt(call),
+            source,
             cache_salt=salt,
             request_id=ctx.request_id,
             interaction_id=ctx.interaction_id,
         )
-        return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set())
+        arrival = None
+        if ctx.interaction_id != ctx.request_id:  # an interaction of its own: no predecessor
+            arrival = self.breaks[ctx.deployment.name].arrive(
+                interaction_key(ctx.principal.tenant_id, ctx.interaction_id),
+                route.prompt,
+                source if ctx.principal.break_context else None,
+            )
+        return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set(), arrival)
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
         """A replica for attempt ``number``, never one this request already tried."""
@@ -142,6 +158,7 @@ class VllmBackend:
             predicted_cached_tokens=fleet.predicted_tokens(plan.route, placement, prompt_tokens),
             ceiling_cached_tokens=fleet.ceiling_tokens(plan.route, prompt_tokens),
             ceiling_exact=plan.route.prompt.exact,
+            prefix_break=self.breaks[fleet.name].measure(plan.arrival, usage),
         )
         if outcome.status is Status.COMPLETED:
             fleet.learn(
