@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
 import typer
@@ -42,12 +41,12 @@ def breakers(
 ) -> None:
     """Prefix breakers: where prompts leave their interaction's previous request.
 
-    Per tenant and model, most tokens lost first: how often each position breaks, the
+    Per tenant and model (by name), most tokens lost first: how often each position breaks, the
     tokens and dollars lost, and whether the break is early (first 10 % of the prompt or
     first two blocks).
     """
     from gateway.db import crud
-    from gateway.db.figures.breaks import positions
+    from gateway.db.figures.breaks import document, positions
     from gateway.db.figures.spend import Scope
     from gateway.db.lookups import tenant_names
 
@@ -61,9 +60,14 @@ def breakers(
         tenant_ids = (crud.get_tenant(session, name=tenant).id,) if tenant else ()
         found = positions(session, Scope(lower, upper, tenant_ids, (model,) if model else ()))
         names = tenant_names(session)
+    found.sort(key=lambda p: (names.get(p.tenant_id, p.tenant_id), p.model, -p.lost_tokens))
     if format == "json":
         sys.stdout.buffer.write(
-            orjson.dumps([_json(p, names) for p in found], option=orjson.OPT_INDENT_2) + b"\n"
+            orjson.dumps(
+                [document(p, names.get(p.tenant_id, p.tenant_id)) for p in found],
+                option=orjson.OPT_INDENT_2,
+            )
+            + b"\n"
         )
         return
     typer.echo("tenant\tmodel\tbreak_tokens\tearly\trequests\tlost_tokens\tlost_usd")
@@ -79,23 +83,6 @@ def breakers(
             typer.echo(f"\t  now {c['current']!r}")
     if not found:
         typer.echo("no prefix breaks recorded in this period", err=True)
-
-
-def _json(p: Any, names: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "tenant": names.get(p.tenant_id, p.tenant_id),
-        "model": p.model,
-        "break_tokens": p.break_tokens,
-        "requests": p.requests,
-        "lost_tokens": p.lost_tokens,
-        "lost_usd": str(Decimal(p.lost_usd)),
-        "early": p.early,
-    }
-    if p.unpriced:
-        out["unpriced_requests"] = p.unpriced
-    if p.context is not None:
-        out["context"] = p.context
-    return out
 
 
 @tenants_app.command("set-capture")

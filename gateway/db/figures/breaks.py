@@ -189,6 +189,24 @@ def _examples(session: Session, scope: Scope) -> dict[Key, dict[str, Any]]:
     return examples
 
 
+def document(position: Position, tenant: str) -> dict[str, Any]:
+    """A position as ``kvgate breakers --format json`` and the billing API write it."""
+    out: dict[str, Any] = {
+        "tenant": tenant,
+        "model": position.model,
+        "break_tokens": position.break_tokens,
+        "requests": position.requests,
+        "lost_tokens": position.lost_tokens,
+        "lost_usd": str(position.lost_usd),
+        "early": position.early,
+    }
+    if position.unpriced:
+        out["unpriced_requests"] = position.unpriced
+    if position.context is not None:
+        out["context"] = position.context
+    return out
+
+
 def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
