@@ -107,18 +107,16 @@ def main() -> None:
     load = os.getloadavg()[0]
     started = time.perf_counter()
     sum(range(30_000_000))
-    print(
-        f"machine: load average {load:.2f}; sum(range(3e7)) in {time.perf_counter() - started:.2f} s"
-    )
+    spent = time.perf_counter() - started
+    print(f"machine: load average {load:.2f}; sum(range(3e7)) in {spent:.2f} s")
     upgrade(url)
     engine = make_engine(url)
     started = time.perf_counter()
     for first in range(0, RECORDS, BATCH):
         insert_requests(engine, [row(n) for n in range(first, first + BATCH)])
     insert_samples(engine, samples())
-    print(
-        f"{engine.dialect.name}: {RECORDS:,} records and 5,764 samples in {time.perf_counter() - started:.0f} s"
-    )
+    spent = time.perf_counter() - started
+    print(f"{engine.dialect.name}: {RECORDS:,} records and 5,764 samples in {spent:.0f} s")
     sessions = session_factory(engine)
     for label, window in (
         ("per hour", timedelta(hours=1)),

@@ -9,6 +9,8 @@ Reconciliation shows each replica's windows against its counters
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import streamlit as st
 
 from dashboard import context, formatting
@@ -27,7 +29,7 @@ found.sort(key=lambda p: (names.get(p.tenant_id, p.tenant_id), p.model, -p.lost_
 
 if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
     currency = totals.currency or "USD"
-    lost = sum((p.lost_usd for p in found), breaks.ZERO)
+    lost = sum((p.lost_usd for p in found), Decimal(0))
     row = st.columns(3)
     row[0].metric("Saved by the cache", formatting.money(totals.saved, currency))
     row[1].metric(
