@@ -94,6 +94,8 @@ def main() -> None:
         st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
         st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
         st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
+        # Prefix breakers and reconciliation with the replicas (issue 19).
+        st.Page(PAGES / "breakers.py", title="Cache economics", icon=":material/troubleshoot:"),
     ]
     navigation = st.navigation(pages)
     access.land(pages, navigation)

@@ -27,12 +27,13 @@ from gateway.db.session import make_engine, session_factory
 from gateway.directory import Directory
 from gateway.metrics import Metrics
 from gateway.routing.fleet import Fleet
-from gateway.routing.peers import PeerLink, peer_directory
+from gateway.routing.peers import TURN, PeerLink, peer_directory
 from gateway.serving.backend import Backend
 from gateway.serving.context import new_request_id
 from gateway.serving.fleets import fleet_configs, prompt_tokenizer
 from gateway.serving.hosted import build_hosted
 from gateway.serving.path import Serving
+from gateway.serving.reconciler import Reconciler
 from gateway.serving.vllm import VllmBackend
 from gateway.upstream.vllm import make_session
 
@@ -77,10 +78,15 @@ class Gateway(FastAPI):
         return self.openapi_schema
 
 
-async def _every(interval_s: float, work: Callable[[], Awaitable[None]], name: str) -> None:
-    """Run ``work`` forever at an interval; a failure is logged, never fatal."""
+async def _every(
+    interval_s: float, work: Callable[[], Awaitable[None]], name: str, *, first: bool = False
+) -> None:
+    """Run ``work`` forever at an interval (``first``: once at once too); a failure is
+    logged, never fatal."""
     while True:
-        await asyncio.sleep(interval_s)
+        if not first:
+            await asyncio.sleep(interval_s)
+        first = False
         try:
             await work()
         except Exception:
@@ -145,12 +151,14 @@ def create_app(settings: Settings) -> FastAPI:
             for name, config in fleet_configs(state.deployments.values()).items()
         }
         backends: dict[str, Backend] = {}
+        vllm: VllmBackend | None = None
         if fleets:
             vllm = VllmBackend(
                 secret=settings.secret,
                 session=state.http,
                 fleets=fleets,
                 deployments={n: d for n, d in state.deployments.items() if n in fleets},
+                break_lru_size=settings.break_lru_size,
             )
             backends.update(dict.fromkeys(fleets, vllm))
         # litellm is imported (seconds) only when a deployment needs it, and before serving.
@@ -207,6 +215,11 @@ def create_app(settings: Settings) -> FastAPI:
             def apply_peer(
                 kind: int, name: str, replica: str, hashes: Any, reported: int, predicted: int
             ) -> None:
+                if kind == TURN:  # prefix breakers: an interaction's latest request
+                    watch = vllm.breaks.get(name) if vllm is not None else None
+                    if watch is not None:
+                        watch.from_peer(replica, hashes, reported, predicted)
+                    return
                 fleet = fleets.get(name)
                 if fleet is not None:
                     fleet.apply_peer(kind, replica, hashes, reported, predicted)
@@ -215,6 +228,8 @@ def create_app(settings: Settings) -> FastAPI:
             peers.open()
             for fleet in fleets.values():
                 fleet.peers = peers
+            for watch in vllm.breaks.values() if vllm is not None else ():
+                watch.peers = peers
 
             async def refresh_peers() -> None:
                 assert peers is not None
@@ -224,6 +239,29 @@ def create_app(settings: Settings) -> FastAPI:
 
             tasks.append(asyncio.ensure_future(_every(1.0, refresh_peers, "peers")))
         state.peers = peers
+        # Reconciliation: the replicas' own counters, sampled and checked against the
+        # records (one worker of several: the leading one).
+        urls = sorted({replica.url for fleet in fleets.values() for replica in fleet.replicas})
+        state.reconciler = reconciler = (
+            Reconciler(
+                engine=engine,
+                sessions=sessions,
+                http=state.http,
+                urls=urls,
+                metrics=metrics,
+                window_s=settings.reconcile_window_s,
+                keep_days=settings.replica_sample_days,
+                leads=(lambda: peers.leads) if peers is not None else (lambda: True),
+            )
+            if urls
+            else None
+        )
+        if reconciler is not None:
+            tasks.append(
+                asyncio.ensure_future(
+                    _every(settings.replica_sample_s, reconciler.tick, "reconcile", first=True)
+                )
+            )
         # Everything built so far lives as long as the app: out of the collector's sight,
         # a full collection no longer walks it (140,000 objects, about 55 ms each time,
         # in the middle of requests: the c=32 p99 went from 61-77 ms to 30-33 ms).

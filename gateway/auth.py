@@ -41,6 +41,8 @@ class Principal:
     tenant_name: str
     api_key_id: str
     cache_scope: str
+    # The tenant opted in to keeping the text around its prompts' prefix breaks.
+    break_context: bool = False
 
 
 Keys = dict[str, Principal]  # key hash -> who it authenticates

@@ -1,5 +1,6 @@
 """The ``kvgate`` command line: serve, demo, sim, replay, cachetest, db, tenants, keys, prices,
-billing (tenants, keys and prices: cli_directory.py)."""
+billing (tenants, keys and prices: cli_directory.py; breakers and tenants set-capture:
+cli_breakers.py; reconcile: cli_reconcile.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
+from gateway.cli_breakers import breakers
 from gateway.cli_directory import keys_app, prices_app, tenants_app
+from gateway.cli_reconcile import reconcile_app
 from gateway.cli_support import fail, sessions_for, settings
 from gateway.config import ConfigError
 
@@ -29,6 +32,8 @@ app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
 app.add_typer(prices_app, name="prices")
 app.add_typer(billing_app, name="billing")
+app.add_typer(reconcile_app, name="reconcile")
+app.command("breakers")(breakers)
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")

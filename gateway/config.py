@@ -261,6 +261,15 @@ class Settings(BaseSettings):
     health_interval_s: float = Field(default=5.0, gt=0)
     # How often each replica's /metrics is read (load, and its KV block size and hashing).
     load_interval_s: float = Field(default=1.0, gt=0)
+    # Prefix breakers: interactions whose latest request each worker keeps, per deployment
+    # (8 bytes per prompt block each: 4 KB for an 8,000-token prompt in 16-token blocks).
+    break_lru_size: int = Field(default=4096, ge=1, le=10_000_000)
+    # Reconciliation: how often each replica's counters are stored (replica_samples), and
+    # the window over which the gateway compares them with its records (drift > 1 %: a
+    # metric and a log line); samples older than replica_sample_days are deleted.
+    replica_sample_s: float = Field(default=60.0, gt=0)
+    reconcile_window_s: float = Field(default=3600.0, gt=0)
+    replica_sample_days: int = Field(default=35, ge=1)
     log_level: str = "info"
     # Worker processes of `kvgate serve` (each its own event loop on its own core; they
     # share routing knowledge, the journal directory and the metrics, see routing/peers.py).

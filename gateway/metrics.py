@@ -145,6 +145,22 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=r,
         )
+        # Reconciliation against the engine (gateway/serving/reconciler.py).
+        self.replica_drift = Gauge(
+            "kvgate_replica_drift_ratio",
+            "(recorded - counted) / counted tokens of a replica over the last window checked:"
+            " kvgate's records against the replica's own counters (tokens: prompt, cached)",
+            ["replica", "tokens"],
+            multiprocess_mode="mostrecent",
+            registry=r,
+        )
+        self.replica_drift_windows = Counter(
+            "kvgate_replica_drift_windows",
+            "Windows in which a replica's own counters and kvgate's records of it were more"
+            " than 1 % apart (tokens: prompt, cached)",
+            ["replica", "tokens"],
+            registry=r,
+        )
 
     def observe(self, record: Record) -> None:
         """Count one finished attempt."""

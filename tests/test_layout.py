@@ -47,6 +47,7 @@ LOWER = {
 LOWER["gateway.serving"] = {
     "pricing",
     "gateway.accounting",
+    "gateway.db",
     "gateway.auth",
     "gateway.config",
     "gateway.errors",

@@ -55,6 +55,13 @@ class Record:
     stream: bool = False
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Prefix breakers (gateway/serving/breaks.py): where the prompt's block chain first left
+    # the interaction's previous request's, the tokens of it that could not be reused, and
+    # whether that was early; the text around it (JSON) for tenants that opted in.
+    break_tokens: int | None = None
+    lost_tokens: int | None = None
+    break_early: bool | None = None
+    break_context: str | None = None
 
     @property
     def priced(self) -> bool:

@@ -76,6 +76,10 @@ def record_row(record: Record) -> dict[str, Any]:
         "cost_output": cost.output,
         "cost_total": cost.total,
         "cost_uncached_equivalent": cost.uncached_equivalent,
+        "break_tokens": record.break_tokens,
+        "lost_tokens": record.lost_tokens,
+        "break_early": record.break_early,
+        "break_context": record.break_context,
     }
 
 

@@ -1,15 +1,17 @@
-"""/v1/billing: a tenant's own statement, and nothing of anyone else's."""
+"""/v1/billing: a tenant's own statement and prefix breakers, and nothing of anyone else's."""
 
 from __future__ import annotations
 
-from datetime import date
-from typing import Literal
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Literal
 
 from fastapi import APIRouter, Response
 
 from gateway import billing
 from gateway.api.deps import SessionDep, TenantDep
 from gateway.api.openapi import TENANT_KEY, errors
+from gateway.db.figures.breaks import document, positions
+from gateway.db.figures.spend import Scope
 from gateway.db.statements import tenant_by_id
 from gateway.errors import NotFound
 
@@ -38,6 +40,24 @@ def statement(
     return Response(
         body, media_type=media_type, headers=download_headers(row.name, start, end, format)
     )
+
+
+@router.get("/breakers", openapi_extra={"security": [{TENANT_KEY: []}]})
+def breakers(
+    tenant: TenantDep, session: SessionDep, since: date, model: str | None = None
+) -> list[dict[str, Any]]:
+    """Where the calling tenant's prompts broke their interaction's cache reuse since the UTC
+    day ``since``, most tokens lost first (with the text around each, if it opted in)."""
+    found = positions(
+        session,
+        Scope(
+            datetime.combine(since, datetime.min.time(), tzinfo=UTC),
+            datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1),
+            (tenant.tenant_id,),
+            (model,) if model else (),
+        ),
+    )
+    return [document(p, tenant.tenant_name) for p in found]
 
 
 def download_headers(name: str, start: date, end: date, fmt: str) -> dict[str, str]:

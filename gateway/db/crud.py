@@ -11,9 +11,10 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gateway.auth import Keys, Principal, hash_key, new_key
@@ -50,6 +51,23 @@ def set_cache_group(session: Session, *, name: str, cache_group: str | None) -> 
     tenant.cache_group = cache_group
     changes.bump(session, changes.KEYS)  # every key of the tenant now has another scope
     return tenant
+
+
+def set_break_context(session: Session, *, name: str, capture: bool) -> int:
+    """Keep (or stop keeping) the text around a tenant's prefix breaks; turning it off
+    deletes what was kept. Returns how many kept contexts were deleted."""
+    tenant = get_tenant(session, name=name)
+    tenant.break_context = capture
+    changes.bump(session, changes.KEYS)  # the tenant's keys now capture, or not
+    if capture:
+        return 0
+    deleted: Any = session.execute(
+        update(RequestRow)
+        .where(RequestRow.tenant_id == tenant.id, RequestRow.break_context.is_not(None))
+        .values(break_context=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(deleted.rowcount or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +144,12 @@ def active_principals(session: Session) -> dict[str, Principal]:
     """Every active key hash with the principal it authenticates."""
     rows = session.execute(
         select(
-            ApiKeyRow.key_hash, ApiKeyRow.id, TenantRow.id, TenantRow.name, TenantRow.cache_group
+            ApiKeyRow.key_hash,
+            ApiKeyRow.id,
+            TenantRow.id,
+            TenantRow.name,
+            TenantRow.cache_group,
+            TenantRow.break_context,
         )
         .join(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
         .where(ApiKeyRow.revoked_at.is_(None))
@@ -137,8 +160,9 @@ def active_principals(session: Session) -> dict[str, Principal]:
             tenant_name=name,
             api_key_id=key_id,
             cache_scope=f"group:{group}" if group else f"tenant:{tenant_id}",
+            break_context=bool(capture),
         )
-        for key_hash, key_id, tenant_id, name, group in rows
+        for key_hash, key_id, tenant_id, name, group, capture in rows
     }
 
 

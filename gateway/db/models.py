@@ -90,6 +90,8 @@ class TenantRow(Base):
     # Tenants with the same cache_group share a KV-cache scope (operator's explicit choice).
     cache_group: Mapped[str | None] = mapped_column(String(200), default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Opted in to keeping the text around its prompts' prefix breaks (added by 0010).
+    break_context: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class ApiKeyRow(Base):
@@ -193,6 +195,13 @@ class RequestRow(Base):
     cost_output: Mapped[Decimal] = mapped_column(Money())
     cost_total: Mapped[Decimal] = mapped_column(Money())
     cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
+    # Prefix breakers (added by 0010): where the prompt's block chain first left the
+    # interaction's previous request's (token offset), the tokens of it not reused, whether
+    # that was early; the text around it (JSON) for tenants that opted in. NULL: no break.
+    break_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    lost_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    break_early: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    break_context: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 # -- hourly rollups, maintained by the recorder in the insert's transaction -------------
@@ -320,3 +329,39 @@ class InteractionCellRow(Base):
     spans: Mapped[bool] = mapped_column(Boolean, default=False)
     # A priced attempt completed the interaction in this cell (added by 0006).
     priced: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+
+# -- prefix breakers and replica reconciliation (added by 0010) ----------------------------
+
+
+class BreakHourRow(Base):
+    """Per UTC hour × tenant × model × price entry × rate set × break offset × early: the
+    requests whose prompt broke there, and the tokens they could not reuse."""
+
+    __tablename__ = "break_hours"
+
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    price_id: Mapped[str] = mapped_column(String(300), primary_key=True)  # '' unpriced
+    rate_class: Mapped[str] = mapped_column(String(32), primary_key=True)  # '' not known
+    break_tokens: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    early: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    lost_tokens: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReplicaSampleRow(Base):
+    """One reading of a replica's own counters (its /metrics, summed over engines and
+    models), taken by one gateway worker (``sampler``) at ``sampled_at``."""
+
+    __tablename__ = "replica_samples"
+
+    upstream: Mapped[str] = mapped_column(String(500), primary_key=True)
+    sampler: Mapped[str] = mapped_column(String(200), primary_key=True)
+    sampled_at: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    prefix_cache_queries: Mapped[int] = mapped_column(BigInteger)
+    prefix_cache_hits: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    generation_tokens: Mapped[int] = mapped_column(BigInteger)

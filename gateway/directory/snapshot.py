@@ -41,6 +41,7 @@ def keys_document(keys: Mapping[str, Principal]) -> dict[str, Any]:
             "tenant_name": p.tenant_name,
             "api_key_id": p.api_key_id,
             "cache_scope": p.cache_scope,
+            "break_context": p.break_context,
         }
         for digest, p in keys.items()
     }

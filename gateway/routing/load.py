@@ -4,6 +4,7 @@ vLLM (and ``kvgate sim``) export, per engine and model::
 
     vllm:num_requests_running   vllm:num_requests_waiting   vllm:kv_cache_usage_perc
     vllm:prefix_cache_queries_total   vllm:prefix_cache_hits_total   (tokens)
+    vllm:prompt_tokens_total   vllm:generation_tokens_total   (tokens; for reconciliation)
     vllm:cache_config_info{block_size="32", prefix_caching_hash_algo="sha256",
                            num_gpu_blocks="2048", ...} 1.0
 
@@ -31,6 +32,8 @@ _WANTED = (
     "vllm:kv_cache_usage_perc",
     "vllm:prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
     "vllm:cache_config_info",
 )
 
@@ -54,6 +57,8 @@ class ReplicaLoad:
     kv_usage: float = 0.0  # share of KV blocks in use, 0..1 (mean over engines)
     prefix_cache_queries: int = 0  # tokens, since the replica started
     prefix_cache_hits: int = 0  # tokens, since the replica started
+    prompt_tokens: int = 0  # since the replica started
+    generation_tokens: int = 0  # since the replica started
     cache: CacheConfig | None = None
     read_at: float = 0.0  # time.monotonic() of the reading
 
@@ -85,6 +90,8 @@ def parse_metrics(text: str, *, model: str | None = None, read_at: float = 0.0) 
         kv_usage=sum(usage) / len(usage) if usage else 0.0,
         prefix_cache_queries=int(totals["vllm:prefix_cache_queries_total"]),
         prefix_cache_hits=int(totals["vllm:prefix_cache_hits_total"]),
+        prompt_tokens=int(totals["vllm:prompt_tokens_total"]),
+        generation_tokens=int(totals["vllm:generation_tokens_total"]),
         cache=cache,
         read_at=read_at,
     )

@@ -9,6 +9,8 @@ applies what they tell it, in the same way it applies its own:
 
     placed    (deployment, replica, block hashes)         ceiling.observe + index.record
     corrected (deployment, replica, hashes, reported, predicted)        index.correct
+    turn      (deployment, interaction, hashes, prompt tokens, block)   prefix breakers:
+              the interaction's latest request (gateway/serving/breaks.py)
 
 The messages are unix datagrams, one per change per peer (a few microseconds to send,
 never awaited), to a socket per worker in a directory named after the journal directory,
@@ -39,7 +41,7 @@ from pathlib import Path
 
 log = logging.getLogger("kvgate.peers")
 
-PLACED, CORRECTED, HELLO = 1, 2, 3  # HELLO: a worker started; look for peers again now
+PLACED, CORRECTED, HELLO, TURN = 1, 2, 3, 4  # HELLO: a worker started; look for peers again
 _HEADER = struct.Struct("=BHHII")  # kind, deployment length, replica length, reported, predicted
 # A datagram larger than the socket buffer cannot be sent; a prompt of 16,000 blocks (a
 # quarter of a million tokens at 16 a block) fits with room to spare.
@@ -99,6 +101,13 @@ class PeerLink:
     def peers(self) -> int:
         return len(self._peers)
 
+    @property
+    def leads(self) -> bool:
+        """Whether this worker has the lowest pid of the live workers it knows: the one that
+        does what only one of them should (reconciliation's samples and checks)."""
+        mine = os.getpid()
+        return all(int(Path(peer).name.split("-", 1)[0]) > mine for peer in self._peers)
+
     def open(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
@@ -148,6 +157,13 @@ class PeerLink:
     ) -> None:
         if self._peers:
             self._send(encode(CORRECTED, deployment, replica, hashes, reported, predicted))
+
+    def turn(
+        self, deployment: str, key: str, hashes: Sequence[int], prompt_tokens: int, block: int
+    ) -> None:
+        """An interaction's latest request (its key in the replica's place)."""
+        if self._peers:
+            self._send(encode(TURN, deployment, key, hashes, prompt_tokens, block))
 
     def _send(self, data: bytes) -> None:
         sock = self._socket

@@ -4,7 +4,8 @@ Context   one client request (who, which deployment, the parsed call), for all a
 Attempt   one try of it on one upstream (a replica, or a provider target)
 Outcome   how an attempt ended: status, usage, first token, finish reason, tier, error,
           cached tokens by cache tier where the replica reports them
-Expectation  what routing expected of the attempt (predicted and ceiling cached tokens)
+Expectation  what routing expected of the attempt (predicted and ceiling cached tokens,
+             and its prefix break against the interaction's previous request)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from gateway.accounting.records import Status
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
+from gateway.routing.breaks import PrefixBreak
 from gateway.serving.calls import Call
 from gateway.usage import Usage
 
@@ -88,6 +90,8 @@ class Expectation:
     ceiling_cached_tokens: int | None = None
     # Whether both were counted in the replicas' own tokens (a tokenizer), or approximated.
     ceiling_exact: bool | None = None
+    # Where the prompt left its interaction's previous one (gateway/serving/breaks.py).
+    prefix_break: PrefixBreak | None = None
 
 
 NO_EXPECTATION = Expectation()

@@ -15,7 +15,7 @@ def record_of(
     expectation: Expectation = NO_EXPECTATION,
 ) -> Record:
     """The attempt's record, priced with the entry in force at the attempt's start."""
-    usage, tiers = outcome.usage, outcome.cached_by_tier
+    usage, tiers, broken = outcome.usage, outcome.cached_by_tier, expectation.prefix_break
     priced = ledger.price(
         attempt.bills_as, at=attempt.started_at, usage=usage, tier=outcome.service_tier
     )
@@ -46,4 +46,8 @@ def record_of(
         cache_read_host_tokens=tiers[0] if tiers is not None else None,
         cache_read_disk_tokens=tiers[1] if tiers is not None else None,
         extra={"service_tier": outcome.service_tier} if outcome.service_tier else {},
+        break_tokens=broken.break_tokens if broken else None,
+        lost_tokens=broken.lost_tokens if broken else None,
+        break_early=broken.early if broken else None,
+        break_context=broken.context if broken else None,
     )

@@ -4,7 +4,8 @@ plan     the upstream body once (served model name, the tenant's cache salt, usa
          asked for) and the request's route (its salted block hashes)
 start    fleet.place: a replica for the attempt (up to two, on connect errors)
 send     one aiohttp POST; open: the same, streamed, events split and inspected
-learn    the reported cached tokens correct the routing index
+learn    the reported cached tokens correct the routing index; the prompt's prefix break
+         against its interaction's previous request is measured (serving/breaks.py)
 
 Cached tokens by cache tier are taken from ``usage.prompt_tokens_details
 .cached_tokens_by_source`` (vLLM's cache hit sources: device, host, disk) where a replica
@@ -29,6 +30,7 @@ from gateway.errors import KvgateError, UpstreamError, UpstreamRejected, Upstrea
 from gateway.routing.fleet import Fleet
 from gateway.routing.placement import NoReplicaAvailable, Placement, Route
 from gateway.serving.backend import Answer, NoUpstream
+from gateway.serving.breaks import DEFAULT_SIZE, Arrival, BreakWatch, interaction_key, renderer
 from gateway.serving.calls import forwardable
 from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
 from gateway.serving.prompts import routing_prompt
@@ -49,6 +51,7 @@ class Plan:
     route: Route
     timeout: aiohttp.ClientTimeout
     tried: set[str]
+    arrival: Arrival | None = None  # its place in its interaction, for prefix breakers
 
 
 class VllmBackend:
@@ -61,6 +64,7 @@ class VllmBackend:
         session: aiohttp.ClientSession,
         fleets: Mapping[str, Fleet],
         deployments: Mapping[str, Deployment],
+        break_lru_size: int = DEFAULT_SIZE,
     ) -> None:
         self.secret = secret
         self.session = session
@@ -70,6 +74,10 @@ class VllmBackend:
                 total=deployments[name].timeout_s, sock_connect=deployments[name].connect_timeout_s
             )
             for name in self.fleets
+        }
+        self.breaks = {
+            name: BreakWatch(name, size=break_lru_size, render=renderer(fleet.hasher.tokenizer))
+            for name, fleet in self.fleets.items()
         }
 
     async def plan(self, ctx: Context) -> Plan:
@@ -82,16 +90,24 @@ class VllmBackend:
         if call.stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
+        source = routing_prompt(call)
         route = await fleet.route_async(
-            routing_prompt(call),
+            source,
             cache_salt=salt,
             request_id=ctx.request_id,
             interaction_id=ctx.interaction_id,
         )
+        arrival = None
+        if ctx.interaction_id != ctx.request_id:  # an interaction of its own: no predecessor
+            arrival = self.breaks[ctx.deployment.name].arrive(
+                interaction_key(ctx.principal.tenant_id, ctx.interaction_id),
+                route.prompt,
+                source if ctx.principal.break_context else None,
+            )
         # Every attempt sends ``encoded``: the parsed body, as large as the request, goes now
         # instead of being held beside it until the upstream answers.
         call.body.clear()
-        return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set())
+        return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set(), arrival)
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
         """A replica for attempt ``number``, never one this request already tried."""
@@ -150,6 +166,7 @@ class VllmBackend:
             predicted_cached_tokens=fleet.predicted_tokens(plan.route, placement, prompt_tokens),
             ceiling_cached_tokens=fleet.ceiling_tokens(plan.route, prompt_tokens),
             ceiling_exact=plan.route.prompt.exact,
+            prefix_break=self.breaks[fleet.name].measure(plan.arrival, usage),
         )
         if outcome.status is Status.COMPLETED:
             fleet.learn(

@@ -55,7 +55,7 @@ def test_before_sign_in_only_the_form_is_drawn_on_every_page(
 ) -> None:
     """No sidebar, no tenant, no figure; a page asked for by path runs no page script."""
     app = signed_out(world, monkeypatch)
-    for page in (None, "tenants", "requests"):
+    for page in (None, "tenants", "breakers", "requests"):
         if page is not None:
             app.switch_page(f"screens/{page}.py").run()
         assert not app.exception, app.exception

@@ -33,6 +33,7 @@ OPERATIONS = [
     ("POST", "/v1/completions"),
     ("GET", "/v1/models"),
     ("GET", "/v1/billing/statement"),
+    ("GET", "/v1/billing/breakers"),
     ("GET", "/v1/admin/statement"),
     ("POST", "/v1/admin/keys"),
     ("GET", "/v1/admin/keys"),

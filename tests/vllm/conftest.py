@@ -189,6 +189,7 @@ def stack(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         tmp / "journal",
         KVGATE_HEALTH_INTERVAL_S="0.3",
         KVGATE_LOAD_INTERVAL_S="0.3",
+        KVGATE_REPLICA_SAMPLE_S="0.3",  # reconciliation's samples (test_reconcile.py)
         KVGATE_LOG_LEVEL="info",
     )
     made = prepared_database(database_url, "alpha", "beta", prices=load_catalog())

@@ -4,4 +4,6 @@ spend.py     Scope, Figures: tokens, money, interactions, hit rate and ceiling
 latency.py   time to first token, cold and warm, from histogram rollups
 replicas.py  per replica load, hit rate and predicted vs reported
 tiers.py     per replica cached tokens by cache tier (GPU, host memory, disk)
+breaks.py    prefix breakers: break positions ranked, tokens and money lost
+reconcile.py per replica and window, the records against the replica's own counters
 """

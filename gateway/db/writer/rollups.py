@@ -7,6 +7,8 @@ never counts twice and rollups and requests commit or roll back together.
     requests rows ──▶ usage_hours        sums per hour x tenant x model x price x status
                  ├──▶ replica_hours      load and cache figures per hour x model x replica
                  ├──▶ ttft_hours         log-bucket TTFT histogram per hour x tenant x model
+                 ├──▶ break_hours        prefix breaks per hour x tenant x model x offset
+                 │                       (gateway/db/writer/breaks.py)
                  └──▶ interaction_cells  (tenant, interaction, model, hour) with a completion,
                       interactions       so distinct completed interactions stay exact (and
                                          those a priced attempt completed: ``priced`` cells)
@@ -30,6 +32,7 @@ from sqlalchemy import (
     bindparam,
     inspect,
     literal,
+    null,
     select,
     tuple_,
     update,
@@ -37,6 +40,7 @@ from sqlalchemy import (
 
 from gateway.db import sums
 from gateway.db.models import (
+    BreakHourRow,
     InteractionCellRow,
     InteractionRow,
     ReplicaHourRow,
@@ -44,7 +48,7 @@ from gateway.db.models import (
     TtftHourRow,
     UsageHourRow,
 )
-from gateway.db.writer import bulk
+from gateway.db.writer import breaks, bulk
 
 COMPLETED = "completed"
 UNPRICED = ""  # price_id of unpriced requests in rollup keys (key columns cannot be NULL)
@@ -66,6 +70,7 @@ READ_COLUMNS = (
     "ceiling_exact",
     "price_id",
     *sums.COSTS,
+    *breaks.COLUMNS,
 )
 # Read when the requests table has them (since migration 0009_tiers).
 TIER_COLUMNS = ("cache_read_host_tokens", "cache_read_disk_tokens")
@@ -184,8 +189,10 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
     ttft: dict[tuple[Any, ...], dict[str, Any]] = {}
     cells: dict[Cell, tuple[Any, ...]] = {}
     priced: dict[Cell, tuple[Any, ...]] = {}
+    hours: list[datetime] = []
     for row in rows:
         hour = hour_of(row["started_at"])
+        hours.append(hour)
         usage_key = (
             hour,
             row["tenant_id"],
@@ -217,6 +224,7 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
     ):
         columns = None if present is None else present.get(table.name)  # type: ignore[attr-defined]
         _upsert(connection, table, deltas, columns)  # type: ignore[arg-type]
+    breaks.add(connection, rows, hours, present=present)
 
 
 def _new_cells(
@@ -339,23 +347,31 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
     the tables have then (a request column added later reads as 0); each migration that
     adds a rollup column rebuilds again.
     """
+    inspector = inspect(connection)
     present = {
-        name: {column["name"] for column in inspect(connection).get_columns(name)}
+        name: {column["name"] for column in inspector.get_columns(name)}
         for name in (
             RequestRow.__tablename__,
             UsageHourRow.__tablename__,
             ReplicaHourRow.__tablename__,
             TtftHourRow.__tablename__,
             InteractionCellRow.__tablename__,
+            BreakHourRow.__tablename__,
         )
+        if inspector.has_table(name)  # break_hours: from 0010 on
     }
     for model in (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow):
         connection.execute(model.__table__.delete())  # type: ignore[attr-defined]
+    if BreakHourRow.__tablename__ in present:
+        connection.execute(BreakHourRow.__table__.delete())  # type: ignore[attr-defined]
     requests = RequestRow.__table__
     order = (requests.c.started_at, requests.c.request_id)
     stored = present[RequestRow.__tablename__]
     columns = [
-        requests.c[name] if name in stored else literal(0, Integer).label(name)
+        requests.c[name]
+        if name in stored
+        # A break column not there yet is no break (NULL), not a break at offset 0.
+        else (null() if name in breaks.COLUMNS else literal(0, Integer)).label(name)
         for name in READ_COLUMNS
     ]
     # Tier columns are read only where they exist: absent, a request has no tier report
