@@ -139,22 +139,29 @@ TOOL_CHOICE = either(
     ),
     what="a string or an object",
 )
-RESPONSE_FORMAT = obj(
+JSON_SCHEMA_FORMAT = obj(
     {
-        "type": string(),
+        "name": string(),
+        "description": nullable(string()),
         # 'schema' is required: litellm reads it unconditionally.
+        "schema": obj({}),
+        "strict": nullable(boolean()),
+    },
+    required=("name", "schema"),
+)
+# Checked by its 'type'; a type OpenAI does not define (an engine's own, such as vLLM's
+# 'structural_tag') passes to the upstream, which checks it.
+RESPONSE_FORMAT = variants(
+    obj({"type": string()}, required=("type",), what="an object with a string 'type'"),
+    "type",
+    {
+        "text": obj({"type": string("text")}, required=("type",)),
+        "json_object": obj({"type": string("json_object")}, required=("type",)),
         "json_schema": obj(
-            {
-                "name": string(),
-                "description": nullable(string()),
-                "schema": obj({}),
-                "strict": nullable(boolean()),
-            },
-            required=("name", "schema"),
+            {"type": string("json_schema"), "json_schema": JSON_SCHEMA_FORMAT},
+            required=("type", "json_schema"),
         ),
     },
-    required=("type",),
-    what="an object with a string 'type'",
 )
 STOP = either(
     string(),
