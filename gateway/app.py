@@ -51,7 +51,7 @@ class Gateway(FastAPI):
             return
         request_id = new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
-        endpoint = inference.ENDPOINTS.get(scope["path"])
+        endpoint = inference.endpoint_for(scope["path"])
         if endpoint is not None:
             scope["app"] = self
             await inference.serve(endpoint, scope, receive, send, request_id)

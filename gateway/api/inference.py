@@ -1,4 +1,4 @@
-"""/v1/chat/completions, /v1/completions, /v1/models: lean Starlette endpoints.
+"""/v1/chat/completions, /v1/completions, /v1/models[/{id}]: lean Starlette endpoints.
 
 These are the hot path: the app's ``__call__`` hands them to ``serve``, past FastAPI's
 middleware and routing; errors raised here go through the same ``errors.response_for``
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -19,6 +20,7 @@ from gateway.api.calls import Call, Endpoint, interaction_id, parse_body, parse_
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
+from gateway.serving.calls import SERVED
 from gateway.serving.context import Context
 
 log = logging.getLogger("kvgate.inference")
@@ -123,15 +125,33 @@ async def completions(request: Request) -> Response:
     return await _inference(request, Endpoint.COMPLETIONS)
 
 
+def model_card(name: str, deployment: AnyDeployment, created: int) -> dict[str, Any]:
+    """One model as OpenAI's API describes it, with the endpoints that serve it."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "kvgate",
+        "endpoints": [str(e) for e in SERVED[deployment.backend]],
+    }
+
+
 async def models(request: Request) -> Response:
+    """GET /v1/models: every model this gateway serves."""
     state = request.app.state
-    await state.keys.authenticate(request.headers.get("authorization"))
+    await authenticate(request)
     created = int(state.started_at)
-    data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "kvgate"}
-        for name in state.deployments
-    ]
+    data = [model_card(n, d, created) for n, d in state.deployments.items()]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def model(request: Request) -> Response:
+    """GET /v1/models/{id}: one model (ids may hold '/'); 404 if none has that id."""
+    state = request.app.state
+    await authenticate(request)
+    name = request.scope["path"].removeprefix(MODEL_PREFIX)
+    card = model_card(name, look_up(state.deployments, name), int(state.started_at))
+    return Response(orjson.dumps(card), media_type="application/json")
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -144,6 +164,16 @@ ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "/v1/completions": ("POST", completions),
     "/v1/models": ("GET", models),
 }
+MODEL_PREFIX = "/v1/models/"
+ONE_MODEL: tuple[str, Handler] = ("GET", model)
+
+
+def endpoint_for(path: str) -> tuple[str, Handler] | None:
+    """The inference endpoint serving ``path``, if one does."""
+    endpoint = ENDPOINTS.get(path)
+    if endpoint is None and path.startswith(MODEL_PREFIX) and len(path) > len(MODEL_PREFIX):
+        return ONE_MODEL
+    return endpoint
 
 
 async def serve(

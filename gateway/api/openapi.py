@@ -138,24 +138,27 @@ COMPLETION = {
         "usage": {"$ref": REF + "Usage"},
     },
 }
+MODEL = {
+    "type": "object",
+    "required": ["id", "object", "created", "owned_by", "endpoints"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "model"},
+        "created": {"type": "integer"},
+        "owned_by": {"type": "string"},
+        "endpoints": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "The inference endpoints that serve this model.",
+        },
+    },
+}
 MODEL_LIST = {
     "type": "object",
     "required": ["object", "data"],
     "properties": {
         "object": {"const": "list"},
-        "data": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["id", "object", "created", "owned_by"],
-                "properties": {
-                    "id": {"type": "string"},
-                    "object": {"const": "model"},
-                    "created": {"type": "integer"},
-                    "owned_by": {"type": "string"},
-                },
-            },
-        },
+        "data": {"type": "array", "items": {"$ref": REF + "Model"}},
     },
 }
 INTERACTION_HEADER = {
@@ -247,6 +250,30 @@ def _paths(models: list[str], text_models: list[str]) -> dict[str, Any]:
                 },
             }
         },
+        "/v1/models/{model}": {
+            "get": {
+                "tags": ["inference"],
+                "summary": "One model this gateway serves",
+                "operationId": "model",
+                "security": [{TENANT_KEY: []}],
+                "parameters": [
+                    {
+                        "name": "model",
+                        "in": "path",
+                        "required": True,
+                        "description": "The model's id; it may hold '/'.",
+                        "schema": {"type": "string", "minLength": 1},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The model, OpenAI's model shape.",
+                        "content": {"application/json": {"schema": {"$ref": REF + "Model"}}},
+                    },
+                    **_error_responses((401, 404)),
+                },
+            }
+        },
     }
 
 
@@ -269,6 +296,7 @@ def _schemas(models: list[str], text_models: list[str]) -> dict[str, Any]:
         "Usage": USAGE,
         "ChatCompletion": COMPLETION,
         "Completion": COMPLETION,
+        "Model": MODEL,
         "ModelList": MODEL_LIST,
     }
 

@@ -21,6 +21,14 @@ class Endpoint(StrEnum):
     COMPLETIONS = "/v1/completions"
 
 
+# The endpoints each backend serves (a deployment's ``backend``): litellm's providers are
+# reached through their chat APIs only. /v1/models lists these per model.
+SERVED: dict[str, tuple[Endpoint, ...]] = {
+    "vllm": (Endpoint.CHAT, Endpoint.COMPLETIONS),
+    "litellm": (Endpoint.CHAT,),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """One inference request as the gateway understands it.

@@ -22,7 +22,7 @@ from gateway.accounting.records import Status
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, KvgateError
 from gateway.serving.backend import Answer
-from gateway.serving.calls import Endpoint, forwardable
+from gateway.serving.calls import SERVED, forwardable
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
 
@@ -53,7 +53,7 @@ class HostedBackend:
 
     async def plan(self, ctx: Context) -> Plan:
         """The deployment's targets; only chat is served through litellm."""
-        if ctx.call.endpoint is not Endpoint.CHAT:
+        if ctx.call.endpoint not in SERVED["litellm"]:
             raise InvalidRequest(
                 f"model '{ctx.call.model}' is served through a chat API only; "
                 "use /v1/chat/completions",

@@ -36,10 +36,23 @@ def client_usage(upstream: Any, record: Record) -> dict[str, Any]:
     return usage
 
 
+def cost_headers(record: Record) -> dict[str, str]:
+    """``x-kvgate-cost`` (the cost as in ``usage.cost``: a decimal string, absent when the
+    model has no price) and ``x-kvgate-cached-tokens``, for clients that read no usage."""
+    headers = {"x-kvgate-cached-tokens": str(record.usage.cache_read_tokens)}
+    if record.priced:
+        headers["x-kvgate-cost"] = f"{record.cost.total:f}"
+    return headers
+
+
 def json_reply(body: dict[str, Any], upstream_usage: Any, record: Record) -> Response:
-    """A complete answer: the upstream's body, its usage billed."""
+    """A complete answer: the upstream's body, its usage billed, the cost in headers too.
+
+    (A stream's headers leave before its cost is known: a stream has its cost in its
+    usage chunk only.)
+    """
     body["usage"] = client_usage(upstream_usage, record)
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(orjson.dumps(body), media_type="application/json", headers=cost_headers(record))
 
 
 def stream_error(error: KvgateError) -> bytes:

@@ -75,6 +75,34 @@ def test_models_list(stack: Stack) -> None:
     assert sorted(m.id for m in client(stack).models.list()) == sorted(
         [MODEL, SOLO, DOWN, UNPRICED]
     )
+    # Each model says which endpoints serve it (all four here are vLLM deployments).
+    _, _, body = raw(
+        stack, "/v1/models", headers={"Authorization": f"Bearer {stack.keys['alpha']}"}
+    )
+    for card in json.loads(body)["data"]:
+        assert card["endpoints"] == ["/v1/chat/completions", "/v1/completions"]
+
+
+def test_models_retrieve(stack: Stack) -> None:
+    c = client(stack)
+    card = c.models.retrieve(MODEL)  # an id holding '/': kvgate/demo-llama-8b
+    assert (card.id, card.object, card.owned_by) == (MODEL, "model", "kvgate")
+    assert card.endpoints == ["/v1/chat/completions", "/v1/completions"]  # type: ignore[attr-defined]
+    assert card.created == next(m.created for m in c.models.list() if m.id == MODEL)
+    with pytest.raises(openai.NotFoundError) as missing:
+        c.models.retrieve("no-such-model")
+    assert missing.value.body == {
+        "message": "The model 'no-such-model' does not exist",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    status, headers, body = raw(stack, "/v1/models/" + MODEL)
+    assert status == 401 and json.loads(body)["error"]["type"] == "authentication_error"
+    status, headers, _ = raw(
+        stack, "/v1/models/" + MODEL, b"{}", {"Authorization": f"Bearer {stack.keys['alpha']}"}
+    )
+    assert status == 405 and headers["allow"] == "GET"
 
 
 def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack) -> None:
@@ -105,6 +133,21 @@ def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack
     )
     assert row.status == "completed" and row.price_id == "kvgate/demo-llama-8b@2026-07-01T00:00:00Z"
     assert row.cost_total == Decimal(second.usage.cost)  # type: ignore[attr-defined]
+
+
+def test_a_reply_carries_its_cost_and_cached_tokens_in_headers(stack: Stack) -> None:
+    c = client(stack).chat.completions.with_raw_response
+    for _ in range(2):
+        raw_reply = c.create(model=SOLO, messages=messages("header question"), max_tokens=3)
+    reply = raw_reply.parse()
+    assert reply.usage is not None
+    cached = reply.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    assert cached > 0
+    assert raw_reply.headers["x-kvgate-cached-tokens"] == str(cached)
+    assert raw_reply.headers["x-kvgate-cost"] == reply.usage.cost  # type: ignore[attr-defined]
+    assert Decimal(raw_reply.headers["x-kvgate-cost"]) == expected_cost(
+        reply.usage.prompt_tokens, cached, reply.usage.completion_tokens
+    )
 
 
 def test_every_response_carries_a_request_id(stack: Stack) -> None:
@@ -465,6 +508,11 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
     usage = reply.parse().usage
     assert usage is not None and usage.completion_tokens == 3
     assert usage.cost is None  # type: ignore[attr-defined]
+    # No cost to state in a header either; the cached tokens all the same.
+    assert "x-kvgate-cost" not in reply.headers
+    assert reply.headers["x-kvgate-cached-tokens"] == str(
+        usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    )
     (row,) = rows(stack, request_id=reply.headers["x-request-id"])
     assert row.status == "completed" and row.price_id is None and row.cost_total == 0
     assert row.uncached_tokens + row.cache_read_tokens == usage.prompt_tokens

@@ -32,6 +32,7 @@ OPERATIONS = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
     ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model}"),
     ("GET", "/v1/billing/statement"),
     ("GET", "/v1/billing/breakers"),
     ("GET", "/v1/admin/statement"),
@@ -42,6 +43,7 @@ OPERATIONS = [
 ]
 # Operations whose generated (random) tenant names or key ids never exist: 404s, not 200s.
 NAMED = {
+    ("GET", "/v1/models/{model}"),
     ("GET", "/v1/admin/statement"),
     ("POST", "/v1/admin/keys"),
     ("DELETE", "/v1/admin/keys/{key_id}"),
@@ -69,6 +71,14 @@ def test_the_schema_documents_every_endpoint(stack: Stack) -> None:
     assert chat["properties"]["model"]["enum"] == ["claude", "kvgate/demo-llama-8b"]
     text = document["components"]["schemas"]["CompletionRequest"]
     assert text["properties"]["model"]["enum"] == ["kvgate/demo-llama-8b"]  # litellm: chat only
+    # And /v1/models says so, model by model.
+    auth = {"Authorization": f"Bearer {stack.keys['alpha']}"}
+    for model, endpoints in (
+        ("claude", ["/v1/chat/completions"]),
+        ("kvgate/demo-llama-8b", ["/v1/chat/completions", "/v1/completions"]),
+    ):
+        status, _, body = call(f"{stack.url}/v1/models/{model}", headers=auth)
+        assert status == 200 and json.loads(body)["endpoints"] == endpoints
 
 
 def test_every_operation_documented_as_secured_refuses_a_request_without_a_key(
