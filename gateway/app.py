@@ -34,6 +34,7 @@ from gateway.serving.fleets import fleet_configs, prompt_tokenizer
 from gateway.serving.hosted import build_hosted
 from gateway.serving.path import Serving
 from gateway.serving.reconciler import Reconciler
+from gateway.serving.telemetry import Telemetry
 from gateway.serving.vllm import VllmBackend
 from gateway.upstream.vllm import make_session
 
@@ -165,7 +166,13 @@ def create_app(settings: Settings) -> FastAPI:
         hosted = await build_hosted(settings, state.deployments)
         if hosted is not None:
             backends.update(dict.fromkeys(hosted.deployments, hosted))
-        state.serving = Serving(ledger=ledger, backends=backends)
+        telemetry = None
+        if settings.otlp_endpoint:
+            telemetry = Telemetry(
+                settings.otlp_endpoint, export_interval_ms=settings.otlp_export_interval_ms
+            )
+            telemetry.start()
+        state.serving = Serving(ledger=ledger, backends=backends, telemetry=telemetry)
 
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)
@@ -289,6 +296,8 @@ def create_app(settings: Settings) -> FastAPI:
                 await consumer.stop()
             await directory.stop()
             await recorder.stop()
+            if telemetry is not None:  # the last spans exported (a thread: off the loop)
+                await asyncio.to_thread(telemetry.close)
             await state.http.close()
             engine.dispose()
 

@@ -270,6 +270,10 @@ class Settings(BaseSettings):
     replica_sample_s: float = Field(default=60.0, gt=0)
     reconcile_window_s: float = Field(default=3600.0, gt=0)
     replica_sample_days: int = Field(default=35, ge=1)
+    # OpenTelemetry (gateway/serving/telemetry.py): a span per attempt, OTLP over
+    # HTTP/protobuf to this collector (its base URL, or its /v1/traces URL); off when unset.
+    otlp_endpoint: str | None = None
+    otlp_export_interval_ms: float = Field(default=1000.0, gt=0, le=60_000)
     log_level: str = "info"
     # Worker processes of `kvgate serve` (each its own event loop on its own core; they
     # share routing knowledge, the journal directory and the metrics, see routing/peers.py).

@@ -114,6 +114,7 @@ def context_of(
         principal=principal,
         deployment=deployment,
         call=call,
+        traceparent=request.headers.get("traceparent"),
     )
 
 

@@ -42,6 +42,7 @@ class Context:
     principal: Principal
     deployment: AnyDeployment
     call: Call
+    traceparent: str | None = None  # the caller's W3C trace context, for telemetry
 
     def attempt_id(self, number: int) -> str:
         """The first attempt keeps the request id; later ones are ``<id>.<n>``."""

@@ -29,6 +29,7 @@ from gateway.serving.backend import Backend, NoUpstream, UpstreamEvents
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.records import record_of
 from gateway.serving.streaming import EventStream
+from gateway.serving.telemetry import Telemetry
 
 T = TypeVar("T")
 
@@ -36,9 +37,16 @@ T = TypeVar("T")
 class Serving:
     """Serves calls for every deployment through its backend; built once by the app."""
 
-    def __init__(self, *, ledger: Ledger, backends: Mapping[str, Backend]) -> None:
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        backends: Mapping[str, Backend],
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.ledger = ledger
         self.backends = dict(backends)  # deployment name -> its backend
+        self.telemetry = telemetry  # OpenTelemetry spans, when configured
 
     async def serve(self, ctx: Context) -> Response:
         """Answer one call: the steps of the request path, each a named call."""
@@ -111,7 +119,9 @@ class Serving:
                 stream.outcome(ended=False, error="client disconnected"), status=Status.CANCELLED
             )
             expectation = backend.learn(plan, attempt, outcome)
-            self.ledger.keep_later(record_of(self.ledger, ctx, attempt, outcome, expectation))
+            record = record_of(self.ledger, ctx, attempt, outcome, expectation)
+            self.ledger.keep_later(record)
+            self.traced(ctx, attempt, record)
             raise
         finally:
             await stream.close()
@@ -136,4 +146,10 @@ class Serving:
         """Price and keep the attempt's record (durable before the answer's last byte)."""
         record = record_of(self.ledger, ctx, attempt, outcome, expectation)
         await self.ledger.keep(record)
+        self.traced(ctx, attempt, record)
         return record
+
+    def traced(self, ctx: Context, attempt: Attempt, record: Record) -> None:
+        """The attempt's span, when telemetry is on (made off the event loop)."""
+        if self.telemetry is not None:
+            self.telemetry.observe(ctx, record, attempt.bills_as)

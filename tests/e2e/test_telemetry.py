@@ -1,0 +1,196 @@
+"""OpenTelemetry end to end: `kvgate serve` with KVGATE_OTLP_ENDPOINT exports real OTLP
+protobuf to a receiver on loopback; every attribute of every span is checked against the
+request's record."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from gateway.db.models import RequestRow
+from pricing.book import load_catalog
+from tests.factories import litellm, vllm
+from tests.providers.prices import SONNET
+from tests.support.stack import running_stack
+
+pytestmark = pytest.mark.e2e
+MODEL = "kvgate/demo-llama-8b"
+KEY_ENV = "KVGATE_TEST_ANTHROPIC_KEY"
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+SYSTEM = "You are the kvgate telemetry test assistant; answer in one short line. " * 8
+
+
+class Receiver:
+    """An OTLP/HTTP traces endpoint: every span it is sent, decoded from protobuf."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[dict[str, Any], Span]] = []
+        self.content_types: set[str] = set()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                receiver.content_types.add(self.headers["content-type"])
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource_spans in request.resource_spans:
+                    resource = attributes(resource_spans.resource.attributes)
+                    for scope_spans in resource_spans.scope_spans:
+                        receiver.spans.extend((resource, s) for s in scope_spans.spans)
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, count: int, timeout_s: float = 20.0) -> list[tuple[dict[str, Any], Span]]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.spans) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.spans) == count, self.spans
+        return self.spans
+
+
+def attributes(values: Any) -> dict[str, Any]:
+    """OTLP KeyValues as a dict of Python values."""
+    out: dict[str, Any] = {}
+    for kv in values:
+        kind = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, kind)
+    return out
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.server.shutdown()
+
+
+def test_every_attempt_is_one_span_with_the_genai_attributes(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    with running_stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'kvgate.db'}",
+        prices=[*load_catalog(), SONNET],
+        tenants=("alpha",),
+        KVGATE_OTLP_ENDPOINT=receiver.url,
+        KVGATE_OTLP_EXPORT_INTERVAL_MS="100",
+        **{KEY_ENV: "sk-ant-test"},
+    ) as stack:
+        emulator = stack.start_emulator()
+        stack.configure(
+            [
+                vllm(MODEL, [s.url for s in stack.start_sims(1)]),
+                litellm(
+                    "claude",
+                    "anthropic/anthropic-cache-write",
+                    api_base=emulator.url,
+                    api_key_env=KEY_ENV,
+                    price_model=SONNET.model,
+                ),
+            ]
+        )
+        stack.start_gateway()
+        client = stack.client()
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"}]
+        traceparent = f"00-{TRACE_ID}-{PARENT_ID}-01"
+        replies = [
+            client.chat.completions.with_raw_response.create(
+                model=MODEL,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=4,
+                extra_headers={"traceparent": traceparent, "x-interaction-id": "conv-1"},
+            )
+            for _ in range(2)
+        ]
+        text = client.completions.with_raw_response.create(
+            model=MODEL, prompt="Once upon a time", max_tokens=3
+        )
+        hosted = client.chat.completions.with_raw_response.create(
+            model="claude",
+            messages=messages,  # type: ignore[arg-type]
+        )
+        ids = [r.headers["x-request-id"] for r in (*replies, text, hosted)]
+        rows = {r.request_id: r for r in stack.rows(count=4)}
+        spans = receiver.wait(4)
+
+    assert receiver.content_types == {"application/x-protobuf"}
+    by_request = {attributes(s.attributes)["kvgate.request_id"]: (res, s) for res, s in spans}
+    assert sorted(by_request) == sorted(ids)
+    first, second, text_id, hosted_id = ids
+    assert rows[second].cache_read_tokens > 0  # the repeat is served from cache
+    assert rows[hosted_id].cache_write_tokens > 0  # the emulated Anthropic writes the cache
+    for request_id, (resource, span) in by_request.items():
+        row: RequestRow = rows[request_id]
+        assert resource["service.name"] == "kvgate"
+        operation = "text_completion" if request_id == text_id else "chat"
+        assert span.name == f"{operation} {row.model}"
+        assert span.kind == Span.SpanKind.SPAN_KIND_CLIENT
+        assert span.status.code == Status.StatusCode.STATUS_CODE_UNSET
+        assert span.start_time_unix_nano == int(row.started_at.timestamp() * 1e6) * 1000
+        assert span.end_time_unix_nano == int(row.ended_at.timestamp() * 1e6) * 1000
+        expected = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": "anthropic" if request_id == hosted_id else "vllm",
+            "gen_ai.request.model": row.model,
+            "gen_ai.response.model": SONNET.model if request_id == hosted_id else MODEL,
+            # All input, cached included (the 1-hour writes are part of cache_write_tokens).
+            "gen_ai.usage.input_tokens": (
+                row.uncached_tokens + row.cache_read_tokens + row.cache_write_tokens
+            ),
+            "gen_ai.usage.cache_read.input_tokens": row.cache_read_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": row.cache_write_tokens,
+            "gen_ai.usage.output_tokens": row.output_tokens,
+            "gen_ai.conversation.id": row.interaction_id,
+            "kvgate.cost_usd": float(row.cost_total),
+            "kvgate.tenant": row.tenant_id,
+            "kvgate.replica": row.upstream,
+            "kvgate.request_id": request_id,
+            "kvgate.attempt": 1,
+        }
+        if row.predicted_cached_tokens is not None:
+            expected["kvgate.predicted_cached_tokens"] = row.predicted_cached_tokens
+        assert attributes(span.attributes) == expected
+    # The vLLM path predicts; the caller's trace context is honoured, and only where sent.
+    assert "kvgate.predicted_cached_tokens" in attributes(by_request[second][1].attributes)
+    for request_id in (first, second):
+        span = by_request[request_id][1]
+        assert span.trace_id.hex() == TRACE_ID and span.parent_span_id.hex() == PARENT_ID
+        assert attributes(span.attributes)["gen_ai.conversation.id"] == "conv-1"
+    for request_id in (text_id, hosted_id):
+        span = by_request[request_id][1]
+        assert span.trace_id.hex() != TRACE_ID and span.parent_span_id == b""
+
+
+def test_a_collector_that_is_down_fails_no_request(tmp_path: Path) -> None:
+    with running_stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'kvgate.db'}",
+        tenants=("alpha",),
+        KVGATE_OTLP_ENDPOINT="http://127.0.0.1:9/v1/traces",  # discard: nothing listens
+        KVGATE_OTLP_EXPORT_INTERVAL_MS="50",
+    ) as stack:
+        stack.configure([vllm(MODEL, [s.url for s in stack.start_sims(1)])])
+        stack.start_gateway()
+        client = stack.client()
+        for n in range(20):
+            reply = client.completions.create(model=MODEL, prompt=f"n={n}", max_tokens=2)
+            assert reply.usage is not None and reply.usage.completion_tokens == 2
+        assert len(stack.rows(count=20)) == 20
