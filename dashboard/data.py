@@ -11,7 +11,7 @@ from datetime import date, datetime
 from dashboard.view import View
 from gateway import billing
 from gateway.db import crud, lookups
-from gateway.db.figures import latency, prices, replicas, spend, tiers
+from gateway.db.figures import attribution, latency, prices, replicas, spend, tiers
 from gateway.db.figures.latency import Ttft
 from gateway.db.figures.prices import PaidRate, Unpriced
 from gateway.db.figures.replicas import Replica, ReplicaFigures
@@ -47,6 +47,21 @@ class Tenants:
 
 def tenants(session: Session, view: View) -> Tenants:
     return Tenants(lookups.tenant_names(session), spend.by_tenant(session, view.scope))
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """One tenant's top end users and tags by spend."""
+
+    end_users: list[attribution.Spender]
+    tags: list[attribution.Spender]
+
+
+def attribution_of(session: Session, view: View) -> Attribution:
+    scope = view.scope
+    return Attribution(
+        attribution.top_end_users(session, scope), attribution.top_tags(session, scope)
+    )
 
 
 def statement(

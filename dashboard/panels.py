@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import charts, formatting
 from dashboard.charts import Point
-from dashboard.data import Overview
+from dashboard.data import Attribution, Overview
 from dashboard.view import View
 from gateway.db.figures.spend import EXACT, Figures
 
@@ -259,4 +259,43 @@ def trends(data: Overview, view: View) -> None:
             hourly=view.bucket == "hour",
         ),
         width="stretch",
+    )
+
+
+def spenders(found: Attribution, currency: str | None) -> None:
+    """One tenant's top end users and tags by spend, side by side."""
+    left, right = st.columns(2)
+    for column, title, rows, empty in (
+        (
+            left,
+            "Top end users by spend",
+            found.end_users,
+            "No request named an end user: send OpenAI's `user` field.",
+        ),
+        (
+            right,
+            "Top tags by spend",
+            found.tags,
+            "No request carried tags: send `X-Kvgate-Tags: key=value` or `metadata`.",
+        ),
+    ):
+        column.markdown(f"**{title}**")
+        if not rows:
+            column.caption(empty)
+            continue
+        column.dataframe(
+            [
+                {
+                    "name": s.name,
+                    "requests": s.requests,
+                    "spend": formatting.money(s.cost_total, currency),
+                }
+                for s in rows
+            ],
+            hide_index=True,
+            key=f"spenders_{title}",
+        )
+    st.caption(
+        "A request with several tags counts in full under each; statements split the same "
+        "way with `group_by=end_user` or `group_by=tag:KEY`."
     )

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from gateway.db import statements, sums
-from gateway.db.models import TenantRow
+from gateway.db.models import TAG_KEY, TenantRow
 from gateway.db.session import Session
 from gateway.db.sums import Sums
 from gateway.errors import InvalidRequest
@@ -52,6 +52,8 @@ LINE_COLUMNS = (
     "usage_source",
     "priced",
     "cost_uncached_equivalent",
+    # Added after the totals' columns: in CSV it comes after them (CSV_COLUMNS).
+    "group",
 )
 TOTAL_COLUMNS = (
     "requests",
@@ -69,7 +71,12 @@ TOTAL_COLUMNS = (
     "estimated_tokens",
     "missing_requests",
 )
-CSV_COLUMNS = (*LINE_COLUMNS, *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS))
+LATER_LINE_COLUMNS = ("group",)
+CSV_COLUMNS = (
+    *(name for name in LINE_COLUMNS if name not in LATER_LINE_COLUMNS),
+    *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS),
+    *LATER_LINE_COLUMNS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +137,7 @@ class Statement:
     currency: str | None  # of the priced lines; None when no line is priced
     lines: list[statements.LineItem]
     totals: Totals
+    group_by: str | None = None  # end_user or tag:KEY: lines split by that value
 
 
 def line_fields(line: statements.LineItem) -> dict[str, Any]:
@@ -153,8 +161,21 @@ def line_fields(line: statements.LineItem) -> dict[str, Any]:
         **dict(zip(RATES, applied, strict=True)),
         "usage_source": line.usage_source,
         "priced": line.priced,
+        "group": line.group,
     }
     return {name: values[name] for name in LINE_COLUMNS}
+
+
+def parse_group_by(group_by: str | None) -> statements.Grouping | None:
+    """``end_user`` or ``tag:KEY`` (gateway/api/attribution.py), else a 400."""
+    if group_by is None or group_by == "":
+        return None
+    if group_by == "end_user":
+        return statements.Grouping()
+    kind, colon, key = group_by.partition(":")
+    if kind == "tag" and colon and TAG_KEY.fullmatch(key) and key.isprintable():
+        return statements.Grouping(tag=key)
+    raise InvalidRequest("'group_by' must be 'end_user' or 'tag:KEY'", param="group_by")
 
 
 def check_period(start: date, end: date) -> None:
@@ -166,10 +187,21 @@ def check_period(start: date, end: date) -> None:
         raise InvalidRequest(f"a statement covers at most {MAX_DAYS} days", param="end")
 
 
-def build_statement(session: Session, *, tenant: TenantRow, start: date, end: date) -> Statement:
-    """A tenant's statement for the UTC days start..end, both included."""
+def build_statement(
+    session: Session,
+    *,
+    tenant: TenantRow,
+    start: date,
+    end: date,
+    group_by: str | None = None,
+) -> Statement:
+    """A tenant's statement for the UTC days start..end, both included; its lines split by
+    end user or by a tag's value with ``group_by`` (``end_user``, ``tag:KEY``)."""
     check_period(start, end)
-    lines = statements.statement_lines(session, tenant_id=tenant.id, start=start, end=end)
+    grouping = parse_group_by(group_by)
+    lines = statements.statement_lines(
+        session, tenant_id=tenant.id, start=start, end=end, grouping=grouping
+    )
     lower, upper = statements.day_bounds(start, end)
     completed = statements.period_completed(session, tenant_id=tenant.id, lower=lower, upper=upper)
 
@@ -191,6 +223,7 @@ def build_statement(session: Session, *, tenant: TenantRow, start: date, end: da
             missing=total(lambda line: line.usage_source == UsageSource.MISSING),
             completed=completed,
         ),
+        group_by=grouping.name if grouping is not None else None,
     )
 
 
@@ -218,6 +251,7 @@ def to_json(statement: Statement) -> bytes:
         "start": statement.start.isoformat(),
         "end": statement.end.isoformat(),
         "currency": statement.currency,
+        "group_by": statement.group_by,
         "line_items": [
             {k: _plain(v) for k, v in line_fields(line).items()} for line in statement.lines
         ],

@@ -246,20 +246,28 @@ def billing_statement(
     start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
     end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
     format: Annotated[str, typer.Option(help="json or csv.")] = "json",
+    group_by: Annotated[
+        str | None, typer.Option(help="Split lines by end_user or by tag:KEY.")
+    ] = None,
 ) -> None:
     """Print a tenant's statement, the same bytes as the billing API."""
     from gateway import billing
     from gateway.db import crud
+    from gateway.errors import InvalidRequest
 
     if format not in ("json", "csv"):
         fail("--format must be json or csv")
     with sessions_for(settings())() as session:
-        statement = billing.build_statement(
-            session,
-            tenant=crud.get_tenant(session, name=tenant),
-            start=date.fromisoformat(start),
-            end=date.fromisoformat(end),
-        )
+        try:
+            statement = billing.build_statement(
+                session,
+                tenant=crud.get_tenant(session, name=tenant),
+                start=date.fromisoformat(start),
+                end=date.fromisoformat(end),
+                group_by=group_by,
+            )
+        except InvalidRequest as error:
+            fail(error.message)
     sys.stdout.buffer.write(billing.render(statement, format)[0])
 
 

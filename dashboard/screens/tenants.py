@@ -96,5 +96,8 @@ else:
     if mine.totals.sums.requests:
         panels.metrics(mine)
         panels.trends(mine, view.for_tenant(tenant_id))
+        with ctx.sessions() as session:
+            spenders = data.attribution_of(session, view.for_tenant(tenant_id))
+        panels.spenders(spenders, mine.totals.currency)
     else:
         st.info(f"No requests from {name} in this period.")

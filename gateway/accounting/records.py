@@ -62,6 +62,9 @@ class Record:
     lost_tokens: int | None = None
     break_early: bool | None = None
     break_context: str | None = None
+    # Cost attribution: the request's end user and tags (tenant data, like the rest).
+    end_user: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def priced(self) -> bool:

@@ -80,6 +80,8 @@ def record_row(record: Record) -> dict[str, Any]:
         "lost_tokens": record.lost_tokens,
         "break_early": record.break_early,
         "break_context": record.break_context,
+        "end_user": record.end_user,
+        "tags": record.tags or None,
     }
 
 

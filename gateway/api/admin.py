@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import billing
@@ -32,11 +32,18 @@ def statement(
     start: date,
     end: date,
     format: Literal["json", "csv"] = "json",
+    group_by: Annotated[
+        str | None,
+        Query(
+            description="Split the lines by end user (`end_user`) or by a tag's value (`tag:KEY`).",
+        ),
+    ] = None,
 ) -> Response:
     """Any tenant's statement, by tenant name."""
     row = crud.get_tenant(session, name=tenant)
     body, media_type = billing.render(
-        billing.build_statement(session, tenant=row, start=start, end=end), format
+        billing.build_statement(session, tenant=row, start=start, end=end, group_by=group_by),
+        format,
     )
     return Response(
         body, media_type=media_type, headers=download_headers(row.name, start, end, format)

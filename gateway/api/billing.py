@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 
 from gateway import billing
 from gateway.api.deps import SessionDep, TenantDep
@@ -29,13 +29,20 @@ def statement(
     start: date,
     end: date,
     format: Literal["json", "csv"] = "json",
+    group_by: Annotated[
+        str | None,
+        Query(
+            description="Split the lines by end user (`end_user`) or by a tag's value (`tag:KEY`).",
+        ),
+    ] = None,
 ) -> Response:
     """The calling tenant's statement for UTC days start..end (both included)."""
     row = tenant_by_id(session, tenant.tenant_id)
     if row is None:
         raise NotFound("tenant not found")
     body, media_type = billing.render(
-        billing.build_statement(session, tenant=row, start=start, end=end), format
+        billing.build_statement(session, tenant=row, start=start, end=end, group_by=group_by),
+        format,
     )
     return Response(
         body, media_type=media_type, headers=download_headers(row.name, start, end, format)

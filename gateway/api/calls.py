@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from gateway.api import schemas
+from gateway.api.attribution import end_user_of, tags_of
 from gateway.api.shapes import Shape, check
 from gateway.errors import BodyTooLarge, InvalidRequest
 from gateway.serving.calls import MAX_NESTING, Call, Endpoint, forwardable
@@ -60,8 +61,10 @@ def _prompt_chars(endpoint: Endpoint, body: dict[str, Any]) -> int:
     return sum(len(p) if isinstance(p, str) else 4 for p in prompt)
 
 
-def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
-    """Check every member's JSON type; raise InvalidRequest with the member named."""
+def parse_call(endpoint: Endpoint, body: dict[str, Any], *, tags_header: str | None = None) -> Call:
+    """Check every member's JSON type; raise InvalidRequest with the member named.
+
+    ``tags_header`` is the request's X-Kvgate-Tags (gateway/api/attribution.py)."""
     check(SCHEMAS[endpoint], body)
     model: str = body["model"]
     if not model:
@@ -78,6 +81,8 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
         client_salt=body.get("cache_salt"),
         interaction_hint=metadata.get("interaction_id"),
         prompt_chars=_prompt_chars(endpoint, body),
+        end_user=end_user_of(body),
+        tags=tags_of(tags_header, metadata),
     )
 
 

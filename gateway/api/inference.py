@@ -92,7 +92,8 @@ async def parse(request: Request, endpoint: Endpoint) -> Call:
     The raw bytes go as soon as they are parsed: they are not held beside the body.
     """
     limit = request.app.state.settings.max_body_bytes
-    return parse_call(endpoint, parse_body(await read_body(request, limit), limit))
+    body = parse_body(await read_body(request, limit), limit)
+    return parse_call(endpoint, body, tags_header=request.headers.get("x-kvgate-tags"))
 
 
 def look_up(deployments: Mapping[str, AnyDeployment], model: str) -> AnyDeployment:

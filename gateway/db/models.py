@@ -5,10 +5,12 @@ Money is Numeric(18, 9) (nano-dollars, exact); times are stored in UTC.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     Date,
@@ -28,6 +30,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NANOS = Decimal(1_000_000_000)
 NANO = Decimal("0.000000001")
+MAX_END_USER = 256  # characters of an end-user id (gateway/api/attribution.py)
+# A tag key as stored in ``requests.tags`` and read back by JSON path (SQLite's
+# '$."key"'): 1 to 64 characters, none of them '=', ',', '"' or a backslash.
+TAG_KEY = re.compile(r'[^=,"\\]{1,64}')
 
 
 class Money(TypeDecorator[Decimal]):
@@ -202,6 +208,10 @@ class RequestRow(Base):
     lost_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     break_early: Mapped[bool | None] = mapped_column(Boolean, default=None)
     break_context: Mapped[str | None] = mapped_column(Text, default=None)
+    # Cost attribution (added by 0011): the end user the client named (OpenAI's ``user``)
+    # and the request's tags (a JSON object of strings); NULL when none was given.
+    end_user: Mapped[str | None] = mapped_column(String(MAX_END_USER), default=None)
+    tags: Mapped[dict[str, str] | None] = mapped_column(JSON(none_as_null=True), default=None)
 
 
 # -- hourly rollups, maintained by the recorder in the insert's transaction -------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
@@ -58,6 +59,25 @@ def _interaction() -> ColumnElement[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Grouping:
+    """Statement lines split further: by end user, or by the value of one tag."""
+
+    tag: str | None = None  # None: by end user
+
+    @property
+    def name(self) -> str:
+        """As ``group_by`` is written: ``end_user`` or ``tag:KEY``."""
+        return "end_user" if self.tag is None else f"tag:{self.tag}"
+
+    def column(self) -> ColumnElement[Any]:
+        """The grouped value of each request; NULL where the request has none."""
+        if self.tag is None:
+            return RequestRow.end_user.expression
+        column: ColumnElement[Any] = RequestRow.tags[self.tag].as_string()
+        return column
+
+
+@dataclass(frozen=True, slots=True)
 class LineItem:
     """Requests of one day × model × price entry × rate set × usage source.
 
@@ -79,17 +99,33 @@ class LineItem:
     completed_interactions: int
     sums: Sums
     rates: Rates | None
+    group: str | None = None  # the end user or tag value, when grouped (None: none given)
 
     @property
     def priced(self) -> bool:
         return self.price_id is not None
 
 
-def statement_lines(session: Session, *, tenant_id: str, start: date, end: date) -> list[LineItem]:
-    """A tenant's line items for the UTC days start..end (both included)."""
+def statement_lines(
+    session: Session,
+    *,
+    tenant_id: str,
+    start: date,
+    end: date,
+    grouping: Grouping | None = None,
+) -> list[LineItem]:
+    """A tenant's line items for the UTC days start..end (both included), split by
+    ``grouping`` when given."""
     lower, upper = day_bounds(start, end)
     day = _day(session).label("day")
-    key = (day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
+    key: tuple[ColumnElement[Any], ...] = (
+        day,
+        RequestRow.model.expression,
+        RequestRow.price_id.expression,
+        RequestRow.rate_class.expression,
+    )
+    if grouping is not None:
+        key = (*key, grouping.column().label("line_group"))
     source = RequestRow.usage_source
     query = (
         select(
@@ -125,6 +161,7 @@ def statement_lines(session: Session, *, tenant_id: str, start: date, end: date)
                     if price is not None
                     else None
                 ),
+                group=row["line_group"] if grouping is not None else None,
             )
         )
     # Sorted here, not in SQL: the databases order NULLs differently.
@@ -134,6 +171,8 @@ def statement_lines(session: Session, *, tenant_id: str, start: date, end: date)
             line.model,
             line.price_id or "",
             line.rate_class or "",
+            line.group is not None,
+            line.group or "",
             SOURCES.index(line.usage_source) if line.usage_source in SOURCES else len(SOURCES),
             line.usage_source,
         )

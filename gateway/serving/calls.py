@@ -45,6 +45,10 @@ class Call:
     client_salt: str | None
     interaction_hint: str | None
     prompt_chars: int
+    # Cost attribution (gateway/api/attribution.py): the end user (OpenAI's ``user``) and
+    # the tags (X-Kvgate-Tags or ``metadata``), as (key, value) pairs sorted by key.
+    end_user: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
 
 
 def forwardable(body: dict[str, Any]) -> bytes:

@@ -50,4 +50,6 @@ def record_of(
         lost_tokens=broken.lost_tokens if broken else None,
         break_early=broken.early if broken else None,
         break_context=broken.context if broken else None,
+        end_user=ctx.call.end_user,
+        tags=dict(ctx.call.tags),
     )

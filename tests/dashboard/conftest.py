@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -41,6 +42,7 @@ def make(
     predicted: int | None = None,
     ceiling: int | None = None,
     error: str | None = None,
+    **fields: Any,
 ) -> Record:
     """Request ``req_<n>`` of the world: two seconds long, priced by the book."""
     return record(
@@ -59,6 +61,7 @@ def make(
         predicted_cached_tokens=predicted,
         ceiling_cached_tokens=ceiling,
         error=error,
+        **fields,
     )
 
 
@@ -75,7 +78,16 @@ def world_records(a: str, b: str) -> list[Record]:
     """Two tenants over two UTC days, across both price entries, with a retry, a
     conversation completing in two hours, an unpriced model and routing data on some."""
     return [
-        make(1, a, at(30, 10, 5), Usage(1000, 0, 0, 100), interaction="i1", ttft_ms=400),
+        make(
+            1,
+            a,
+            at(30, 10, 5),
+            Usage(1000, 0, 0, 100),
+            interaction="i1",
+            ttft_ms=400,
+            end_user="alice",
+            tags={"team": "search"},
+        ),
         make(
             2,
             a,
@@ -86,6 +98,8 @@ def world_records(a: str, b: str) -> list[Record]:
             upstream="http://r2",
             predicted=800,
             ceiling=900,
+            end_user="alice",
+            tags={"env": "prod", "team": "search"},
         ),
         make(
             3,
@@ -108,9 +122,19 @@ def world_records(a: str, b: str) -> list[Record]:
             ttft_ms=120,
             predicted=700,
             ceiling=1000,
+            end_user="bob",
+            tags={"team": "ads"},
         ),
         make(5, a, at(1, 5, 0), Usage(7, 0, 0, 1), interaction="i5", model="unpriced", ttft_ms=800),
-        make(6, b, at(1, 0, 30), Usage(10**6, 0, 0, 0), interaction="i6", ttft_ms=2000),
+        make(
+            6,
+            b,
+            at(1, 0, 30),
+            Usage(10**6, 0, 0, 0),
+            interaction="i6",
+            ttft_ms=2000,
+            end_user="alice",
+        ),
         make(
             7,
             a,

@@ -264,6 +264,36 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
     assert deltas(app)["Cost per completed interaction"] == "25.0 % of interactions unpriced"
 
 
+def test_a_tenant_shows_its_top_end_users_and_tags_by_spend(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = open_app(world.url, monkeypatch, page="tenants")
+    app.selectbox(key="tenant").set_value(world.a).run()
+    tables = [
+        t.value.to_dict("records")
+        for t in app.dataframe
+        if list(t.value.columns) == ["name", "requests", "spend"]
+    ]
+    cost = {r.request_id: r.cost.total for r in world.records}
+
+    def ranked(*spenders: tuple[str, int, Decimal]) -> list[dict[str, Any]]:
+        """Most spend first, as the page ranks them, with the page's money format."""
+        order = sorted(spenders, key=lambda s: (-s[2], -s[1], s[0]))
+        return [
+            {"name": n, "requests": r, "spend": formatting.money(c, "USD")} for n, r, c in order
+        ]
+
+    assert tables == [
+        # Acme's alice only: bravo's alice (req_6) is bravo's.
+        ranked(("alice", 2, cost["req_1"] + cost["req_2"]), ("bob", 1, cost["req_4"])),
+        ranked(
+            ("team=search", 2, cost["req_1"] + cost["req_2"]),
+            ("team=ads", 1, cost["req_4"]),
+            ("env=prod", 1, cost["req_2"]),
+        ),
+    ]
+
+
 def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

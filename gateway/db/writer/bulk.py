@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Table
+import orjson
+from sqlalchemy import JSON, Connection, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 
@@ -107,4 +108,17 @@ def _unnest_insert(
     )
     if returning:
         sql += f" RETURNING {', '.join(quote(column) for column in returning)}"
-    return sql, tuple(column.type.bind_processor(dialect) for column in columns)
+    return sql, tuple(_processor(column.type, dialect) for column in columns)
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _processor(type_: Any, dialect: Dialect) -> Processor:
+    """A column type's bind processing for an array element. JSON goes as its text (cast
+    by ``::JSON[]``): psycopg adapts a dict only as a whole parameter, not in an array."""
+    if isinstance(type_, JSON):
+        return _json_text
+    processor: Processor = type_.bind_processor(dialect)
+    return processor
