@@ -16,7 +16,7 @@ import streamlit as st
 
 from dashboard import access, context
 from dashboard.launcher import OPEN_WARNING
-from dashboard.view import View
+from dashboard.view import GRANULARITIES, View
 from gateway.config import Settings
 from gateway.db import lookups
 
@@ -81,7 +81,22 @@ def main() -> None:
         key="tenants",
     )
     chosen_models = st.sidebar.multiselect("Models", models, placeholder="all models", key="models")
-    view = View(zone, start, end, tuple(tenant_ids), tuple(chosen_models))
+    granularity = st.sidebar.selectbox(
+        "Chart granularity",
+        GRANULARITIES,
+        key="granularity",
+        help="auto: hourly while the traffic shown spans at most 3 days, daily up to 90 "
+        "days, weekly beyond.",
+    )
+    view = View(
+        zone,
+        start,
+        end,
+        tuple(tenant_ids),
+        tuple(chosen_models),
+        granularity=granularity,
+        traffic=traffic,
+    )
     if view.snapped:
         st.sidebar.caption(
             f"{zone.key} is not a whole number of hours from UTC; days here "

@@ -8,11 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import altair as alt
 
-HEIGHT = 220
+# Streamlit fits a whole chart (title, axes, legend and plot) into its ``height``: a chart
+# is given its plot area (at least 240 px: the browser test checks) plus room for the rest.
+PLOT = 250
+FRAME = 175  # title, x axis labels and title, the legend's padding (measured in Chromium)
+LEGEND_ROW = 24  # a legend row (two series to a row)
+
+
+def height(points: Sequence[Point]) -> int:
+    """The chart's whole height: its plot area and the frame around it."""
+    series = len({p.series for p in points})
+    return PLOT + FRAME + LEGEND_ROW * -(-series // 2)
+
+
+# Legends below the plot, full names wrapped onto rows, never cut.
+LEGEND = alt.Legend(orient="bottom", columns=2, labelLimit=0, symbolLimit=0, title=None)
+FORMATS = {"hour": "%b %d %H:%M", "day": "%b %d", "week": "%b %d"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +44,36 @@ def _data(points: Sequence[Point]) -> dict[str, Any]:
     return {"values": [{"at": p.at, "series": p.series, "value": p.value} for p in points]}
 
 
-def _time_axis(hourly: bool) -> alt.X:
+MAX_TICKS = 12
+
+
+def ticks(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """Tick positions (Vega-Lite DateTimes, UTC): bucket starts, every k-th of them so that
+    at most MAX_TICKS remain. Ticks only ever fall on bucket starts, so no label repeats (a
+    daily chart never shows two ticks of the same day)."""
+    starts = sorted({p.at for p in points})
+    step = max(1, -(-len(starts) // MAX_TICKS))
+    moments = [datetime.fromisoformat(at.replace("Z", "+00:00")) for at in starts[::step]]
+    return [
+        {
+            "year": m.year,
+            "month": m.month,
+            "date": m.day,
+            "hours": m.hour,
+            "minutes": m.minute,
+            "utc": True,
+        }
+        for m in moments
+    ]
+
+
+def _time_axis(bucket: str, title: str | None, points: Sequence[Point]) -> alt.X:
+    """Time on x, ticked at bucket starts (``ticks``)."""
     return alt.X(
         "at:T",
-        title=None,
+        title=title,
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(format="%b %d %H:%M" if hourly else "%b %d", labelOverlap=True),
+        axis=alt.Axis(format=FORMATS[bucket], values=ticks(points), labelOverlap=True),
     )
 
 
@@ -43,16 +83,17 @@ def trend(
     title: str,
     y_title: str,
     y_format: str = ",.2f",
-    hourly: bool = False,
+    bucket: str = "day",
+    x_title: str | None = None,
 ) -> alt.Chart:
     """Lines over time, one per series; gaps stay gaps."""
     chart: alt.Chart = (
-        alt.Chart(_data(points), title=title, height=HEIGHT)
+        alt.Chart(_data(points), title=title, height=height(points))
         .mark_line(point=True)
         .encode(
-            x=_time_axis(hourly),
+            x=_time_axis(bucket, x_title, points),
             y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=y_format)),
-            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
+            color=alt.Color("series:N", legend=LEGEND),
             tooltip=[
                 alt.Tooltip(
                     "at:T",
@@ -71,13 +112,13 @@ def trend(
 def bars(points: Sequence[Point], *, title: str, y_title: str, y_format: str = ",.0f") -> alt.Chart:
     """Grouped bars: categories on x (``at``), one bar per series."""
     chart: alt.Chart = (
-        alt.Chart(_data(points), title=title, height=HEIGHT)
+        alt.Chart(_data(points), title=title, height=height(points))
         .mark_bar()
         .encode(
-            x=alt.X("at:N", title=None, axis=alt.Axis(labelAngle=-20, labelLimit=220)),
+            x=alt.X("at:N", title=None, axis=alt.Axis(labelAngle=-20, labelLimit=0)),
             xOffset="series:N",
             y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=y_format)),
-            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
+            color=alt.Color("series:N", legend=LEGEND),
             tooltip=["at:N", "series:N", alt.Tooltip("value:Q", format=y_format)],
         )
     )
@@ -87,7 +128,7 @@ def bars(points: Sequence[Point], *, title: str, y_title: str, y_format: str = "
 def rate_steps(points: Sequence[Point], *, title: str) -> alt.Chart:
     """Price-book rates over time: each series holds its rate until the next entry."""
     chart: alt.Chart = (
-        alt.Chart(_data(points), title=title, height=HEIGHT)
+        alt.Chart(_data(points), title=title, height=height(points))
         .mark_line(interpolate="step-after", point=True)
         .encode(
             x=alt.X(
@@ -97,7 +138,7 @@ def rate_steps(points: Sequence[Point], *, title: str) -> alt.Chart:
                 axis=alt.Axis(format="%Y-%m-%d"),
             ),
             y=alt.Y("value:Q", title="per 1M tokens", axis=alt.Axis(format=",.3f")),
-            color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=2)),
+            color=alt.Color("series:N", legend=LEGEND),
             tooltip=[
                 alt.Tooltip(
                     "at:T", format="%Y-%m-%d %H:%M", timeUnit="utcyearmonthdatehoursminutes"

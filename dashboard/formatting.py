@@ -33,7 +33,10 @@ def percent(share: Decimal | None) -> str:
     """'42.3 %' (shares are exact Decimals; this is the only rounding)."""
     if share is None:
         return MISSING
-    return f"{(share * 100).quantize(Decimal('0.1'), ROUND_HALF_EVEN)} %"
+    shown = (share * 100).quantize(Decimal("0.1"), ROUND_HALF_EVEN)
+    if not shown and share:  # never a share of something shown as 0
+        return "< 0.1 %" if share > 0 else "> -0.1 %"
+    return f"{shown} %"
 
 
 def count(value: int) -> str:

@@ -108,16 +108,6 @@ def metrics(data: Overview) -> None:
         "covered are left out, not counted at 0.",
     )
     row[3].metric(
-        "Failed or retried attempts",
-        formatting.percent(totals.failed_cost_share),
-        chart_data=_series(trend, lambda f: f.failed_cost_share),
-        border=True,
-        help=f"Share of spend on attempts that did not complete: "
-        f"{formatting.money(totals.failed.cost_total, cur)} over "
-        f"{formatting.count(totals.failed.requests)} attempts.",
-    )
-    row = st.columns(4)
-    row[0].metric(
         "Token hit rate",
         formatting.percent(totals.hit_rate),
         chart_data=_series(trend, lambda f: f.hit_rate),
@@ -126,6 +116,24 @@ def metrics(data: Overview) -> None:
     )
     routed = totals.ceiling_requests > 0
     approximate = routed and totals.ceiling_kind != EXACT
+    row = st.columns(4)
+    row[0].metric(
+        "Hit-rate ceiling",
+        formatting.percent(totals.ceiling_rate) if routed else NO_ROUTING,
+        delta=f"{totals.ceiling_kind} ceiling" if approximate else None,
+        delta_color="off",
+        delta_arrow="off",
+        chart_data=_series(trend, lambda f: f.ceiling_rate) if routed else None,
+        border=True,
+        help=(
+            "The token hit rate an infinite, perfectly routed cache would have reached on "
+            f"the {formatting.count(totals.ceiling_requests)} requests that carry a ceiling: "
+            "the number routing efficiency is measured against."
+            + (f" {approximate_ceiling(totals)}" if approximate else "")
+        )
+        if routed
+        else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
+    )
     row[1].metric(
         "Routing efficiency",
         formatting.percent(totals.routing_efficiency) if routed else NO_ROUTING,
@@ -158,21 +166,45 @@ def metrics(data: Overview) -> None:
         "input minus cache-read rate.",
     )
     ttft = data.ttft
-    row = st.columns(4)
-    row[0].metric(
-        "TTFT cold p50",
-        formatting.millis(ttft.cold_p50_ms),
+    last = st.columns(4)
+    last[0].metric(
+        "Failure rate",
+        formatting.percent(totals.failure_rate),
+        chart_data=_series(trend, lambda f: f.failure_rate),
         border=True,
-        help=f"Requests with no cached tokens: {formatting.count(ttft.cold_requests)}.",
+        help="Attempts that did not complete (failed, or cancelled by the client) / "
+        f"attempts: {formatting.count(totals.failed.requests)} of "
+        f"{formatting.count(totals.sums.requests)}.",
     )
-    row[1].metric("TTFT cold p90", formatting.millis(ttft.cold_p90_ms), border=True)
-    row[2].metric(
-        "TTFT warm p50",
-        formatting.millis(ttft.warm_p50_ms),
+    last[1].metric(
+        "Spend on failed or retried attempts",
+        formatting.money(totals.failed.cost_total, cur) if cur is not None else formatting.MISSING,
+        delta=(
+            f"{formatting.percent(totals.failed_cost_share)} of spend"
+            if totals.failed_cost_share is not None
+            else None
+        ),
+        delta_color="off",
+        delta_arrow="off",
+        chart_data=_series(trend, lambda f: f.failed.cost_total),
         border=True,
-        help=f"Requests with cached tokens: {formatting.count(ttft.warm_requests)}.",
+        help="What the attempts that did not complete cost (their tokens were paid for).",
     )
-    row[3].metric("TTFT warm p90", formatting.millis(ttft.warm_p90_ms), border=True)
+    for column, kind, p50, p90, count in (
+        (last[2], "cold", ttft.cold_p50_ms, ttft.cold_p90_ms, ttft.cold_requests),
+        (last[3], "warm", ttft.warm_p50_ms, ttft.warm_p90_ms, ttft.warm_requests),
+    ):
+        column.metric(
+            f"TTFT {kind} p50",
+            formatting.millis(p50),
+            delta=f"p90 {formatting.millis(p90)}",
+            delta_color="off",
+            delta_arrow="off",
+            border=True,
+            help=f"Time to first token of requests with {'no' if kind == 'cold' else 'some'} "
+            f"cached tokens: {formatting.count(count)} of them. Percentiles are the upper "
+            "edges of histogram buckets (at most about 9 % high).",
+        )
 
 
 def _in(currency: str | None) -> str:
@@ -197,9 +229,14 @@ def trends(data: Overview, view: View) -> None:
             title=f"Spend and cache value per {view.bucket}{_in(cur)}",
             y_title=cur or "",
             y_format=",.6f",
-            hourly=view.bucket == "hour",
+            bucket=view.bucket,
+            x_title=f"{view.bucket} starting ({view.zone.key})",
         ),
         width="stretch",
+    )
+    left.caption(
+        f"Where the money went each {view.bucket}: the spend, what the cache saved, and what "
+        "perfect routing would have saved on top."
     )
     right.altair_chart(
         charts.trend(
@@ -211,10 +248,12 @@ def trends(data: Overview, view: View) -> None:
             title=f"Cost per completed interaction{_in(cur)}",
             y_title=cur or "",
             y_format=",.6f",
-            hourly=view.bucket == "hour",
+            bucket=view.bucket,
+            x_title=f"{view.bucket} starting ({view.zone.key})",
         ),
         width="stretch",
     )
+    right.caption(f"What one completed interaction cost, {view.bucket} by {view.bucket}.")
     left, right = st.columns(2)
     hit = {"token hit rate": lambda f: f.hit_rate}
     if data.totals.ceiling_requests:
@@ -230,11 +269,15 @@ def trends(data: Overview, view: View) -> None:
         charts.trend(
             _points(view, trend, hit),
             title="Token hit rate against the ceiling",
-            y_title="",
+            y_title="share of prompt tokens",
             y_format=".0%",
-            hourly=view.bucket == "hour",
+            bucket=view.bucket,
+            x_title=f"{view.bucket} starting ({view.zone.key})",
         ),
         width="stretch",
+    )
+    left.caption(
+        "How much of the prompt came from cache, against the most any routing could reach."
     )
     if not data.totals.ceiling_requests:
         left.caption(f"Ceiling: {NO_ROUTING}.")
@@ -256,9 +299,14 @@ def trends(data: Overview, view: View) -> None:
             title="Time to first token (ms)",
             y_title="ms",
             y_format=",.0f",
-            hourly=view.bucket == "hour",
+            bucket=view.bucket,
+            x_title=f"{view.bucket} starting ({view.zone.key})",
         ),
         width="stretch",
+    )
+    right.caption(
+        "How long clients waited for the first token: cold (nothing cached) and warm; "
+        "percentiles are bucket edges (at most about 9 % high)."
     )
 
 

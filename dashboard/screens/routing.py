@@ -157,7 +157,8 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
                 title="Token hit rate: achieved vs ceiling (requests with a ceiling)",
                 y_title="",
                 y_format=".0%",
-                hourly=view.bucket == "hour",
+                bucket=view.bucket,
+                x_title=f"{view.bucket} starting ({view.zone.key})",
             ),
             width="stretch",
         )

@@ -113,3 +113,62 @@ def test_chromium_receives_no_page_data_before_sign_in(tmp_path: Path) -> None:
         finally:
             browser.close()
     assert found(b"".join(frames[before:]), TENANTS) == list(TENANTS)
+
+
+BAD_TILE = ("None", "nan", "NaN")
+
+
+def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> None:
+    """Every page in Chromium: no exception, every chart drawn and at least its minimum
+    height (plot area and frame, see dashboard/charts.py), no tile reading None or nan,
+    and a full-page screenshot of each under test-artifacts/dashboard/."""
+    from playwright.sync_api import sync_playwright
+
+    from dashboard import charts
+
+    folder = ARTIFACTS / "dashboard"
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn: dict[str, int] = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1300})
+            for path, title in (
+                ("", "Overview"),
+                ("tenants", "Tenants"),
+                ("models", "Models and prices"),
+                ("routing", "Routing"),
+                ("requests", "Requests"),
+            ):
+                page.goto(f"{served.url}/{path}", wait_until="domcontentloaded")
+                page.get_by_role("heading", name=title).wait_for(timeout=30_000)
+                # The page's run is over once no run is shown going and its element count
+                # holds still for a second.
+                count = -1
+                running = page.locator('[data-testid="stStatusWidget"]')
+                while running.count() or count != (
+                    now := page.locator('[data-testid="stElementContainer"]').count()
+                ):
+                    count = now if not running.count() else -1
+                    page.wait_for_timeout(1000)
+                name = path or "overview"
+                assert page.locator('[data-testid="stException"]').count() == 0, name
+                elements = page.locator('[data-testid="stVegaLiteChart"]')
+                for n in range(elements.count()):
+                    chart = elements.nth(n)
+                    chart.scroll_into_view_if_needed()
+                    chart.locator("canvas, svg.marks").first.wait_for(timeout=30_000)
+                    box = chart.bounding_box()
+                    assert box is not None and box["height"] >= charts.PLOT + charts.FRAME, (
+                        name,
+                        n,
+                        box,
+                    )
+                drawn[name] = elements.count()
+                for value in page.locator('[data-testid="stMetricValue"]').all_inner_texts():
+                    assert value.strip() not in BAD_TILE, (name, value)
+                page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+        finally:
+            browser.close()
+    print(f"\ncharts drawn per page: {drawn}")
+    assert drawn["overview"] == 4 and drawn["routing"] >= 1 and drawn["models"] >= 1

@@ -92,7 +92,14 @@ def expected(records: list[Record]) -> dict[str, str]:
         "Spend": formatting.money(total, "USD"),
         "Completed interactions": f"{completed:,}",
         "Cost per completed interaction": formatting.money((total / priced).quantize(NANO), "USD"),
-        "Failed or retried attempts": formatting.percent(failed / total),
+        "Failure rate": formatting.percent(
+            D(sum(1 for r in records if r.status != "completed")) / len(records)
+        ),
+        "Spend on failed or retried attempts": formatting.money(failed, "USD"),
+        "Hit-rate ceiling": formatting.percent(
+            D(sum(r.ceiling_cached_tokens or 0 for r in routed))
+            / sum(r.usage.prompt_tokens for r in routed)
+        ),
         "Token hit rate": formatting.percent(D(read) / prompt),
         "Routing efficiency": formatting.percent(
             D(sum(r.usage.cache_read_tokens for r in routed))
@@ -112,11 +119,14 @@ def test_overview_figures_equal_those_computed_from_the_records(
     assert shown["Spend"] == "USD 0.150974155"  # 0.000974155 (acme) + 0.15 (bravo)
     assert shown["Completed interactions"] == "5"
     # Cold: 400, 800, 2000 ms; warm: 90, 100, 120 ms (nearest rank, bucket upper edges).
-    assert [shown[f"TTFT {k}"] for k in ("cold p50", "cold p90", "warm p50", "warm p90")] == [
+    notes = deltas(app)
+    assert [shown["TTFT cold p50"], notes["TTFT cold p50"]] == [
         ttft_edge(800),
-        ttft_edge(2000),
+        f"p90 {ttft_edge(2000)}",
+    ]
+    assert [shown["TTFT warm p50"], notes["TTFT warm p50"]] == [
         ttft_edge(100),
-        ttft_edge(120),
+        f"p90 {ttft_edge(120)}",
     ]
     drawn = charts(app)
     assert len(drawn) == 4
@@ -143,7 +153,15 @@ def test_unpriced_attempts_are_left_out_of_cost_per_interaction_and_said_beside_
         "Spend": "+ 1 unpriced attempt, cost unknown",
         "Cost per completed interaction": "20.0 % of interactions unpriced",
         # The world's ceilings carry no kind (as rows recorded before kvgate kept one).
+        "Hit-rate ceiling": "approximate ceiling",
         "Routing efficiency": "approximate ceiling",
+        "Spend on failed or retried attempts": formatting.percent(
+            sum((r.cost.total for r in world.records if r.status != "completed"), D(0))
+            / sum((r.cost.total for r in world.records), D(0))
+        )
+        + " of spend",
+        "TTFT cold p50": f"p90 {ttft_edge(2000)}",
+        "TTFT warm p50": f"p90 {ttft_edge(120)}",
     }
 
 

@@ -161,7 +161,13 @@ class Figures:
 
     @property
     def failed_cost_share(self) -> Decimal | None:
+        """Spend on attempts that did not complete / all spend."""
         return ratio(self.failed.cost_total, self.sums.cost_total)
+
+    @property
+    def failure_rate(self) -> Decimal | None:
+        """Attempts that did not complete (failed, cancelled) / attempts."""
+        return ratio(self.failed.requests, self.sums.requests)
 
 
 # Rollup columns summed beside the Sums: figures of their own.
