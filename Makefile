@@ -19,11 +19,14 @@ install: $(STAMP)
 demo: install
 	$(BIN)/kvgate demo
 
-# Debian's chromium drives the dashboard's browser test (never a downloaded browser).
+# Debian's chromium drives the dashboard's browser test (never a downloaded browser);
+# nginx with its stream module balances the many-gateways test.
+NGINX_STREAM := /usr/lib/nginx/modules/ngx_stream_module.so
 test-deps:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@{ command -v chromium >/dev/null 2>&1 && [ -x /usr/sbin/nginx ] && [ -e $(NGINX_STREAM) ]; } || { \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    chromium nginx libnginx-mod-stream >/dev/null; }
 
 # The whole suite, real vLLM included (PYTEST_ARGS='-m "not vllm"' leaves it out).
 test: install test-deps vllm-venv
