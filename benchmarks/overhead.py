@@ -35,14 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
-from tests.e2e.conftest import make_tenant
+from tests.factories import config_file
 from tests.support.processes import (
+    cli_tenant,
     free_port,
     gateway_env,
     kvgate,
     start_gateway,
     start_sim,
-    write_config,
 )
 
 MODEL = "kvgate/demo-llama-8b"
@@ -194,7 +194,7 @@ def main() -> None:
         )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "bench")
+        key, _ = cli_tenant(env, "bench")
         sim = start_sim(
             tmp,
             extra=(
@@ -208,7 +208,7 @@ def main() -> None:
                 "100000",
             ),
         )
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url], "policy": "kv-aware"}]
         )
         gateway = start_gateway(tmp, config, env, port=free_port())

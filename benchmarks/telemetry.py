@@ -28,14 +28,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.overhead import MODEL, own_cpu, pin, run, scratch_database
-from tests.e2e.conftest import make_tenant
+from tests.factories import config_file
 from tests.support.processes import (
+    cli_tenant,
     free_port,
     gateway_env,
     kvgate,
     start_gateway,
     start_sim,
-    write_config,
 )
 
 
@@ -85,7 +85,7 @@ def main() -> None:
         env = gateway_env(database_url, tmp / "journal-off", **common)
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "bench")
+        key, _ = cli_tenant(env, "bench")
         sim = start_sim(
             tmp,
             extra=(
@@ -100,7 +100,7 @@ def main() -> None:
             ),
         )
         processes.append(sim)
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url], "policy": "kv-aware"}]
         )
         on_env = gateway_env(
