@@ -38,6 +38,7 @@ RATES = ("input_rate", "cache_read_rate", "cache_write_rate", "cache_write_1h_ra
 CHARGES = tuple(name for name in sums.COSTS if name != "cost_uncached_equivalent")
 # The statement's columns: names are a contract, and columns added later go at the end, so
 # a CSV reader that goes by position keeps reading what it read before.
+LATER_LINE_COLUMNS = ("endpoint",)  # the endpoint's path: each endpoint has its own lines
 LINE_COLUMNS = (
     "day",
     "model",
@@ -52,6 +53,7 @@ LINE_COLUMNS = (
     "usage_source",
     "priced",
     "cost_uncached_equivalent",
+    *LATER_LINE_COLUMNS,
 )
 TOTAL_COLUMNS = (
     "requests",
@@ -69,7 +71,12 @@ TOTAL_COLUMNS = (
     "estimated_tokens",
     "missing_requests",
 )
-CSV_COLUMNS = (*LINE_COLUMNS, *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS))
+# Line columns added after the totals-only ones (the CSV's first columns keep their places).
+CSV_COLUMNS = (
+    *(name for name in LINE_COLUMNS if name not in LATER_LINE_COLUMNS),
+    *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS),
+    *LATER_LINE_COLUMNS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +151,7 @@ def line_fields(line: statements.LineItem) -> dict[str, Any]:
     values: dict[str, Any] = {
         "day": line.day,
         "model": line.model,
+        "endpoint": line.endpoint,
         "price_id": line.price_id,
         "rate_class": line.rate_class,
         "currency": line.currency,

@@ -62,6 +62,8 @@ class Record:
     lost_tokens: int | None = None
     break_early: bool | None = None
     break_context: str | None = None
+    # The inference endpoint the call came in on (its path: /v1/embeddings, /v1/responses…).
+    endpoint: str = "/v1/chat/completions"
 
     @property
     def priced(self) -> bool:

@@ -59,7 +59,9 @@ def _interaction() -> ColumnElement[str]:
 
 @dataclass(frozen=True, slots=True)
 class LineItem:
-    """Requests of one day × model × price entry × rate set × usage source.
+    """Requests of one day × model × endpoint × price entry × rate set × usage source.
+
+    ``endpoint`` is the inference endpoint's path (None: recorded before kvgate kept it).
 
     The rate set is standard, long_context or a tier; the usage source says whether the
     tokens were reported by the upstream, estimated by kvgate (failed and cancelled streams),
@@ -72,6 +74,7 @@ class LineItem:
 
     day: str
     model: str
+    endpoint: str | None
     price_id: str | None
     rate_class: str | None
     usage_source: str
@@ -89,7 +92,7 @@ def statement_lines(session: Session, *, tenant_id: str, start: date, end: date)
     """A tenant's line items for the UTC days start..end (both included)."""
     lower, upper = day_bounds(start, end)
     day = _day(session).label("day")
-    key = (day, RequestRow.model, RequestRow.price_id, RequestRow.rate_class)
+    key = (day, RequestRow.model, RequestRow.endpoint, RequestRow.price_id, RequestRow.rate_class)
     source = RequestRow.usage_source
     query = (
         select(
@@ -114,6 +117,7 @@ def statement_lines(session: Session, *, tenant_id: str, start: date, end: date)
             LineItem(
                 day=row["day"],
                 model=row["model"],
+                endpoint=row["endpoint"],
                 price_id=row["price_id"],
                 rate_class=row["rate_class"],
                 usage_source=row["usage_source"],
@@ -132,6 +136,7 @@ def statement_lines(session: Session, *, tenant_id: str, start: date, end: date)
         key=lambda line: (
             line.day,
             line.model,
+            line.endpoint or "",
             line.price_id or "",
             line.rate_class or "",
             SOURCES.index(line.usage_source) if line.usage_source in SOURCES else len(SOURCES),

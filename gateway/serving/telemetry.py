@@ -39,7 +39,15 @@ from gateway.serving.context import Context
 
 log = logging.getLogger("kvgate.telemetry")
 
-OPERATIONS = {Endpoint.CHAT: "chat", Endpoint.COMPLETIONS: "text_completion"}
+# The GenAI conventions' operation names: the Responses and Messages APIs are chats.
+OPERATIONS = {
+    Endpoint.CHAT: "chat",
+    Endpoint.COMPLETIONS: "text_completion",
+    Endpoint.EMBEDDINGS: "embeddings",
+    Endpoint.RESPONSES: "chat",
+    Endpoint.MESSAGES: "chat",
+    Endpoint.COUNT_TOKENS: "chat",
+}
 TRACES_PATH = "/v1/traces"
 
 
