@@ -178,7 +178,8 @@ def anthropic_error_response(exc: KvgateError) -> Response:
     body = orjson.dumps(
         {"type": "error", "error": {"type": anthropic_type(exc), "message": exc.message}}
     )
-    headers = dict(exc.headers)
+    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
+    headers.update(exc.headers)
     return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
 
 

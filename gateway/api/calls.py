@@ -52,7 +52,8 @@ def _text_size(content: Any) -> int:
     if isinstance(content, str):
         return len(content)
     if isinstance(content, list):
-        return sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+        texts = (p.get("text") for p in content if isinstance(p, dict))
+        return sum(len(text) for text in texts if isinstance(text, str))
     return 0
 
 

@@ -24,7 +24,8 @@ from gateway.api.shapes import (
 )
 
 MAX_TOKENS_LIMIT = 1_000_000
-MAX_TOKEN_ID = 2**32 - 1  # token ids are hashed as 32-bit unsigned integers
+MAX_TOKEN_ID = 2**32 - 1
+MAX_DIMENSIONS = 65_536  # of an embedding  # token ids are hashed as 32-bit unsigned integers
 
 
 def _url() -> Shape:
@@ -243,7 +244,7 @@ EMBEDDINGS = obj(
         "model": string(),
         "input": PROMPT,
         "encoding_format": nullable(string("float", "base64")),
-        "dimensions": nullable(integer(1, MAX_TOKENS_LIMIT)),
+        "dimensions": nullable(integer(1, MAX_DIMENSIONS)),
         "user": nullable(string()),
         "cache_salt": nullable(string()),
     },

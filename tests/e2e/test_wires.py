@@ -251,9 +251,7 @@ def test_embeddings_create_is_priced_at_the_input_rate(stack: Stack) -> None:
 # A system prompt of their own: the Responses tests' instructions render as the same
 # system message, so they would share its cached blocks.
 MESSAGES_SYSTEM = "Messages: " + SYSTEM
-SYSTEM_BLOCKS = [
-    {"type": "text", "text": MESSAGES_SYSTEM, "cache_control": {"type": "ephemeral"}}
-]
+SYSTEM_BLOCKS = [{"type": "text", "text": MESSAGES_SYSTEM, "cache_control": {"type": "ephemeral"}}]
 
 
 def test_messages_create_with_cache_control_reads_the_cache_and_is_priced(stack: Stack) -> None:
