@@ -38,6 +38,7 @@ RATES = ("input_rate", "cache_read_rate", "cache_write_rate", "cache_write_1h_ra
 CHARGES = tuple(name for name in sums.COSTS if name != "cost_uncached_equivalent")
 # The statement's columns: names are a contract, and columns added later go at the end, so
 # a CSV reader that goes by position keeps reading what it read before.
+LATER_LINE_COLUMNS = ("group", "endpoint")  # by end user or tag; the endpoint's path
 LINE_COLUMNS = (
     "day",
     "model",
@@ -52,8 +53,7 @@ LINE_COLUMNS = (
     "usage_source",
     "priced",
     "cost_uncached_equivalent",
-    # Added after the totals' columns: in CSV it comes after them (CSV_COLUMNS).
-    "group",
+    *LATER_LINE_COLUMNS,
 )
 TOTAL_COLUMNS = (
     "requests",
@@ -71,7 +71,7 @@ TOTAL_COLUMNS = (
     "estimated_tokens",
     "missing_requests",
 )
-LATER_LINE_COLUMNS = ("group",)
+# Line columns added after the totals-only ones (the CSV's first columns keep their places).
 CSV_COLUMNS = (
     *(name for name in LINE_COLUMNS if name not in LATER_LINE_COLUMNS),
     *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS),
@@ -152,6 +152,7 @@ def line_fields(line: statements.LineItem) -> dict[str, Any]:
     values: dict[str, Any] = {
         "day": line.day,
         "model": line.model,
+        "endpoint": line.endpoint,
         "price_id": line.price_id,
         "rate_class": line.rate_class,
         "currency": line.currency,

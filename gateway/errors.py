@@ -5,6 +5,7 @@
     │   ├── BodyTooLarge             413 invalid_request_error / request_too_large
     │   ├── ModelNotFound            404 invalid_request_error / model_not_found
     │   ├── MethodNotAllowed         405 invalid_request_error / method_not_allowed
+    │   ├── ResponseUnavailable      404 invalid_request_error / previous_response_unavailable
     │   └── UpstreamRejected         4xx as the upstream said (429 rate_limit_error)
     ├── AuthenticationFailed         401 authentication_error / invalid_api_key
     ├── PermissionDenied             403 permission_error
@@ -17,7 +18,8 @@
 An error with ``retryable`` set happened before any byte of an answer: the request path
 may try another attempt. Handlers raise these and never catch; ``install`` maps them (and
 FastAPI's validation errors, and anything unexpected) to
-``{"error": {"message", "type", "param", "code"}}``.
+``{"error": {"message", "type", "param", "code"}}`` (on the Anthropic endpoints,
+``{"type": "error", "error": {"type", "message"}}``).
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ class ModelNotFound(InvalidRequest):
 class MethodNotAllowed(InvalidRequest):
     status = 405
     code = "method_not_allowed"
+
+
+class ResponseUnavailable(InvalidRequest):
+    """A ``previous_response_id`` whose replica (which alone holds it) is gone."""
+
+    status = 404
+    code = "previous_response_unavailable"
 
 
 class UpstreamRejected(InvalidRequest):
@@ -143,6 +152,37 @@ def error_response(exc: KvgateError) -> Response:
     return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
 
 
+# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_type(error: KvgateError) -> str:
+    """The Anthropic error type of a gateway error."""
+    if error.status in ANTHROPIC_TYPES:
+        return ANTHROPIC_TYPES[error.status]
+    return "api_error" if error.status >= 500 else "invalid_request_error"
+
+
+def anthropic_error_response(exc: KvgateError) -> Response:
+    """An error in Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}``
+    (the Messages endpoints' own), with the same status and headers."""
+    body = orjson.dumps(
+        {"type": "error", "error": {"type": anthropic_type(exc), "message": exc.message}}
+    )
+    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
+    headers.update(exc.headers)
+    return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
+
+
 def as_kvgate_error(exc: Exception) -> KvgateError:
     """Any exception as the error clients see: ours as they are, others mapped."""
     if isinstance(exc, KvgateError):
@@ -168,9 +208,11 @@ def as_kvgate_error(exc: Exception) -> KvgateError:
     return KvgateError("internal error; the request id is in x-request-id")
 
 
-def response_for(exc: Exception) -> Response:
-    """The OpenAI-style error response for any exception: the one mapping."""
-    return error_response(as_kvgate_error(exc))
+def response_for(exc: Exception, *, anthropic: bool = False) -> Response:
+    """The error response for any exception, the one mapping: OpenAI's shape, or
+    Anthropic's on the Messages endpoints."""
+    error = as_kvgate_error(exc)
+    return anthropic_error_response(error) if anthropic else error_response(error)
 
 
 async def _handle(_request: Request, exc: Exception) -> Response:

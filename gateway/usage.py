@@ -13,6 +13,7 @@ know whether cached tokens were counted inside the prompt (OpenAI, vLLM) or on t
 Conventions, and why each needs its own reading:
 
     OpenAI, vLLM    cached INSIDE prompt_tokens (prompt_tokens_details.cached_tokens)
+    Responses API   cached INSIDE input_tokens (input_tokens_details.cached_tokens)
     Anthropic       cache reads and writes ON TOP of input_tokens; writes split 5m / 1h
     DeepSeek        prompt_cache_hit_tokens + prompt_cache_miss_tokens = prompt_tokens
     Gemini          cachedContentTokenCount INSIDE promptTokenCount; thoughts are output
@@ -101,6 +102,25 @@ def from_openai(usage: Mapping[str, Any] | None) -> Usage:
     )
 
 
+def from_responses(usage: Mapping[str, Any] | None) -> Usage:
+    """OpenAI's Responses API: cached tokens INSIDE ``input_tokens``
+    (``input_tokens_details.cached_tokens``); reasoning tokens are inside ``output_tokens``.
+
+    vLLM's ``input_tokens_details.cache_write_tokens`` are tokens it computed and then
+    cached (as ``created_cache_tokens`` on chat): the full prefill, so uncached here.
+    """
+    if not usage:
+        return Usage.missing()
+    prompt = _count(usage.get("input_tokens"))
+    details = _mapping(usage.get("input_tokens_details"))
+    cached = min(_count(details.get("cached_tokens")), prompt)
+    return Usage(
+        uncached_tokens=prompt - cached,
+        cache_read_tokens=cached,
+        output_tokens=_count(usage.get("output_tokens")),
+    )
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -129,6 +149,20 @@ def from_anthropic(usage: Mapping[str, Any] | None) -> Usage:
         cache_write_tokens=writes,
         output_tokens=_count(usage.get("output_tokens")),
         cache_write_1h_tokens=hour,
+    )
+
+
+def from_vllm_anthropic(usage: Mapping[str, Any] | None) -> Usage:
+    """vLLM's ``/v1/messages``: Anthropic's convention (reads and "creations" ON TOP of
+    ``input_tokens``), where ``cache_creation_input_tokens`` are vLLM's created cache
+    tokens: computed in full, so billed as uncached input, never as cache writes."""
+    read = from_anthropic(usage)
+    if read.source is UsageSource.MISSING:
+        return read
+    return Usage(
+        uncached_tokens=read.uncached_tokens + read.cache_write_tokens,
+        cache_read_tokens=read.cache_read_tokens,
+        output_tokens=read.output_tokens,
     )
 
 

@@ -65,6 +65,8 @@ class Record:
     # Cost attribution: the request's end user and tags (tenant data, like the rest).
     end_user: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # The inference endpoint the call came in on (its path: /v1/embeddings, /v1/responses…).
+    endpoint: str = "/v1/chat/completions"
 
     @property
     def priced(self) -> bool:

@@ -46,6 +46,7 @@ def record_row(record: Record) -> dict[str, Any]:
         "interaction_id": record.interaction_id,
         "attempt": record.attempt,
         "model": record.model,
+        "endpoint": record.endpoint,
         "deployment": record.deployment,
         "upstream": record.upstream,
         "policy": record.policy,

@@ -1,9 +1,11 @@
 """Cost attribution at the edge: who a request was for (its end user) and its tags.
 
-- The end user is OpenAI's ``user`` member: 1 to 256 printable characters (an empty
-  string names nobody). It is still sent upstream, as the client sent it.
+- The end user is OpenAI's ``user`` member, or Anthropic's ``metadata.user_id`` on the
+  Messages endpoints: 1 to 256 printable characters (an empty string names nobody). It is
+  still sent upstream, as the client sent it.
 - Tags come from the ``X-Kvgate-Tags: key=value,key=value`` header and from OpenAI's
-  ``metadata`` object (every member but ``interaction_id``, which names the interaction);
+  ``metadata`` object (every member but ``interaction_id``, which names the interaction;
+  Anthropic's ``metadata`` holds no tags);
   where both name a key, the header's value wins. At most 10 tags; keys and values are
   1 to 64 printable characters, keys without ``=``, ``,``, ``"`` or a backslash, values without
   ``,`` (both as the header writes them, trimmed); metadata values are strings, as in
@@ -27,16 +29,16 @@ TAGS_HEADER = "X-Kvgate-Tags"
 NOT_TAGS = frozenset({"interaction_id"})
 
 
-def end_user_of(body: dict[str, Any]) -> str | None:
-    """The end user the body names, checked; None when it names none."""
-    user = body.get("user")
+def end_user_of(user: Any, param: str = "user") -> str | None:
+    """The end user the body names (OpenAI's ``user``, Anthropic's ``metadata.user_id``),
+    checked; None when it names none."""
     if user is None or user == "":
         return None
-    if len(user) > MAX_END_USER or not user.isprintable():
+    if not isinstance(user, str) or len(user) > MAX_END_USER or not user.isprintable():
         raise InvalidRequest(
-            f"'user' must be at most {MAX_END_USER} printable characters", param="user"
+            f"'{param}' must be at most {MAX_END_USER} printable characters", param=param
         )
-    return str(user)
+    return user
 
 
 def _checked(key: str, value: Any, where: str) -> tuple[str, str]:

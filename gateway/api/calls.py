@@ -22,11 +22,16 @@ __all__ = ["MAX_NESTING", "SCHEMAS", "Call", "Endpoint", "forwardable", "parse_b
 
 MAX_INTERACTION_ID = 200
 MAX_TOKENS_LIMIT = schemas.MAX_TOKENS_LIMIT
+ALWAYS_USAGE = frozenset({Endpoint.RESPONSES, Endpoint.MESSAGES})
 
 
 SCHEMAS: dict[Endpoint, Shape] = {
     Endpoint.CHAT: schemas.CHAT,
     Endpoint.COMPLETIONS: schemas.COMPLETIONS,
+    Endpoint.EMBEDDINGS: schemas.EMBEDDINGS,
+    Endpoint.RESPONSES: schemas.RESPONSES,
+    Endpoint.MESSAGES: schemas.MESSAGES,
+    Endpoint.COUNT_TOKENS: schemas.COUNT_TOKENS,
 }
 
 
@@ -48,14 +53,24 @@ def _text_size(content: Any) -> int:
     if isinstance(content, str):
         return len(content)
     if isinstance(content, list):
-        return sum(len(p.get("text") or "") for p in content)
+        texts = (p.get("text") for p in content if isinstance(p, dict))
+        return sum(len(text) for text in texts if isinstance(text, str))
     return 0
 
 
 def _prompt_chars(endpoint: Endpoint, body: dict[str, Any]) -> int:
     if endpoint is Endpoint.CHAT:
         return sum(_text_size(m.get("content")) for m in body["messages"])
-    prompt = body["prompt"]
+    if endpoint is Endpoint.RESPONSES:
+        items = body["input"]
+        size = _text_size(body.get("instructions"))
+        if isinstance(items, str):
+            return size + len(items)
+        return size + sum(_text_size(i.get("content")) for i in items if isinstance(i, dict))
+    if endpoint.anthropic:
+        messages = body["messages"]
+        return _text_size(body.get("system")) + sum(_text_size(m["content"]) for m in messages)
+    prompt = body["prompt"] if endpoint is Endpoint.COMPLETIONS else body["input"]
     if isinstance(prompt, str):
         return len(prompt)
     return sum(len(p) if isinstance(p, str) else 4 for p in prompt)
@@ -71,18 +86,24 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any], *, tags_header: str | N
         raise InvalidRequest("'model' is required and must be a string", param="model")
     stream = bool(body.get("stream"))
     options = body.get("stream_options") or {}
+    # The Responses and Messages streams always end with their usage.
+    wants_usage = bool(options.get("include_usage")) or endpoint in ALWAYS_USAGE
     metadata = body.get("metadata") or {}
     return Call(
         endpoint=endpoint,
         model=model,
         body=body,
         stream=stream,
-        client_wants_usage=stream and bool(options.get("include_usage")),
+        client_wants_usage=stream and wants_usage,
         client_salt=body.get("cache_salt"),
         interaction_hint=metadata.get("interaction_id"),
         prompt_chars=_prompt_chars(endpoint, body),
-        end_user=end_user_of(body),
-        tags=tags_of(tags_header, metadata),
+        end_user=(
+            end_user_of(metadata.get("user_id"), "metadata.user_id")
+            if endpoint.anthropic
+            else end_user_of(body.get("user"))
+        ),
+        tags=tags_of(tags_header, None if endpoint.anthropic else metadata),
     )
 
 

@@ -1,4 +1,10 @@
-"""/v1/chat/completions, /v1/completions, /v1/models[/{id}]: lean Starlette endpoints.
+"""The inference endpoints, lean Starlette endpoints: /v1/chat/completions,
+/v1/completions, /v1/embeddings, /v1/responses, /v1/messages[/count_tokens] and
+/v1/models[/{id}].
+
+The Messages endpoints speak Anthropic's wire at the edge too: ``x-api-key`` (beside the
+bearer header every endpoint takes), ``anthropic-version`` accepted (vLLM answers in one
+version of the wire whichever is asked), and errors in Anthropic's shape.
 
 These are the hot path: the app's ``__call__`` hands them to ``serve``, past FastAPI's
 middleware and routing; errors raised here go through the same ``errors.response_for``
@@ -80,9 +86,11 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
 
 async def authenticate(request: Request) -> Principal:
     """The caller, from its API key."""
-    principal: Principal = await request.app.state.keys.authenticate(
-        request.headers.get("authorization")
-    )
+    headers = request.headers
+    authorization = headers.get("authorization")
+    if authorization is None and (api_key := headers.get("x-api-key")) is not None:
+        authorization = f"Bearer {api_key}"  # Anthropic's SDKs send their key this way
+    principal: Principal = await request.app.state.keys.authenticate(authorization)
     return principal
 
 
@@ -127,6 +135,22 @@ async def completions(request: Request) -> Response:
     return await _inference(request, Endpoint.COMPLETIONS)
 
 
+async def embeddings(request: Request) -> Response:
+    return await _inference(request, Endpoint.EMBEDDINGS)
+
+
+async def responses(request: Request) -> Response:
+    return await _inference(request, Endpoint.RESPONSES)
+
+
+async def messages(request: Request) -> Response:
+    return await _inference(request, Endpoint.MESSAGES)
+
+
+async def count_tokens(request: Request) -> Response:
+    return await _inference(request, Endpoint.COUNT_TOKENS)
+
+
 def model_card(name: str, deployment: AnyDeployment, created: int) -> dict[str, Any]:
     """One model as OpenAI's API describes it, with the endpoints that serve it."""
     return {
@@ -164,8 +188,13 @@ Handler = Callable[[Request], Awaitable[Response]]
 ENDPOINTS: dict[str, tuple[str, Handler]] = {
     "/v1/chat/completions": ("POST", chat_completions),
     "/v1/completions": ("POST", completions),
+    "/v1/embeddings": ("POST", embeddings),
+    "/v1/responses": ("POST", responses),
+    "/v1/messages": ("POST", messages),
+    "/v1/messages/count_tokens": ("POST", count_tokens),
     "/v1/models": ("GET", models),
 }
+ANTHROPIC_PATHS = frozenset(e.value for e in Endpoint if e.anthropic)
 MODEL_PREFIX = "/v1/models/"
 ONE_MODEL: tuple[str, Handler] = ("GET", model)
 
@@ -206,4 +235,5 @@ async def serve(
     except Exception as exc:
         if started:  # a stream already under way: nothing more can be said on it
             raise
-        await response_for(exc)(scope, receive, send_with_id)
+        anthropic = scope["path"] in ANTHROPIC_PATHS
+        await response_for(exc, anthropic=anthropic)(scope, receive, send_with_id)

@@ -3,7 +3,8 @@
 The inference paths are served straight from the app's ``__call__`` (see app.py), so
 FastAPI's schema would leave them out; they are described here instead, by hand, with only
 what ``calls.parse_call`` checks (every other field passes through to the upstream). Every
-error, everywhere, is documented as the one shape ``errors.py`` writes.
+error, everywhere, is documented as the one shape ``errors.py`` writes (on the Messages
+endpoints, Anthropic's).
 """
 
 from __future__ import annotations
@@ -48,13 +49,29 @@ ERRORS: dict[int, str] = {
 }
 
 
+class AnthropicErrorDetail(BaseModel):
+    """What went wrong: Anthropic's error object."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    message: str
+
+
+class AnthropicErrorResponse(BaseModel):
+    """Every error of the Messages endpoints (Anthropic's shape)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    error: AnthropicErrorDetail
+
+
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """Error responses to document on a FastAPI router or route."""
     return {s: {"model": ErrorResponse, "description": ERRORS[s]} for s in statuses}
 
 
-def _error_responses(statuses: Iterable[int]) -> dict[str, Any]:
-    content = {"application/json": {"schema": {"$ref": REF + "ErrorResponse"}}}
+def _error_responses(statuses: Iterable[int], shape: str = "ErrorResponse") -> dict[str, Any]:
+    content = {"application/json": {"schema": {"$ref": REF + shape}}}
     return {str(s): {"description": ERRORS[s], "content": content} for s in statuses}
 
 
@@ -190,8 +207,17 @@ def _examples(model: str, prompt: dict[str, Any]) -> dict[str, Any]:
 
 
 def _inference(
-    summary: str, request: str, response: str, examples: dict[str, Any]
+    summary: str,
+    request: str,
+    response: str,
+    examples: dict[str, Any],
+    *,
+    error: str = "ErrorResponse",
+    stream: bool = True,
 ) -> dict[str, Any]:
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": REF + response}}}
+    if stream:
+        content["text/event-stream"] = {"schema": STREAM_EVENT}
     return {
         "post": {
             "tags": ["inference"],
@@ -208,12 +234,9 @@ def _inference(
             "responses": {
                 "200": {
                     "description": "The upstream's answer, with `usage.cost` added.",
-                    "content": {
-                        "application/json": {"schema": {"$ref": REF + response}},
-                        "text/event-stream": {"schema": STREAM_EVENT},
-                    },
+                    "content": content,
                 },
-                **_error_responses((400, 401, 404, 413, 502, 503)),
+                **_error_responses((400, 401, 404, 413, 502, 503), error),
             },
         }
     }
@@ -234,6 +257,37 @@ def _paths(models: list[str], text_models: list[str]) -> dict[str, Any]:
             "CompletionRequest",
             "Completion",
             _examples(text_model, {"prompt": "Once upon a time"}),
+        ),
+        "/v1/embeddings": _inference(
+            "Embeddings, priced at the input rate",
+            "EmbeddingsRequest",
+            "Embeddings",
+            {"plain": {"value": {"model": text_model, "input": "Say hello."}}},
+            stream=False,
+        ),
+        "/v1/responses": _inference(
+            "OpenAI Responses API, routed and priced (vLLM deployments)",
+            "ResponsesRequest",
+            "Response",
+            {
+                "plain": {"value": {"model": text_model, "input": "Say hello."}},
+                "streamed": {"value": {"model": text_model, "input": "Hi.", "stream": True}},
+            },
+        ),
+        "/v1/messages": _inference(
+            "Anthropic Messages API, routed and priced (vLLM deployments)",
+            "MessagesRequest",
+            "Message",
+            {"plain": {"value": {**ANTHROPIC_EXAMPLE, "model": text_model, "max_tokens": 8}}},
+            error="AnthropicErrorResponse",
+        ),
+        "/v1/messages/count_tokens": _inference(
+            "Anthropic Messages API: a prompt's input tokens (not billed)",
+            "CountTokensRequest",
+            "TokenCount",
+            {"plain": {"value": {**ANTHROPIC_EXAMPLE, "model": text_model}}},
+            error="AnthropicErrorResponse",
+            stream=False,
         ),
         "/v1/models": {
             "get": {
@@ -277,6 +331,53 @@ def _paths(models: list[str], text_models: list[str]) -> dict[str, Any]:
     }
 
 
+ITEM = {"type": "object", "additionalProperties": True}
+ANTHROPIC_EXAMPLE = {"messages": [{"role": "user", "content": "Say hello."}]}
+ANTHROPIC_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "additionalProperties": True,
+    "properties": {
+        "role": {"type": "string", "minLength": 1},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": ITEM}]},
+    },
+}
+
+
+def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """A body of the later endpoints: the fields the gateway reads; others pass through."""
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": True,
+        "properties": properties,
+    }
+
+
+def _anthropic(models: list[str]) -> dict[str, Any]:
+    return {
+        "model": _model(models),
+        "messages": {"type": "array", "minItems": 1, "items": ANTHROPIC_MESSAGE},
+        "system": {"anyOf": [{"type": "string"}, {"type": "array", "items": ITEM}]},
+    }
+
+
+def _answer(required: list[str], usage: str | None) -> dict[str, Any]:
+    properties: dict[str, Any] = {name: {} for name in required}
+    if usage is not None:
+        properties[usage] = {
+            "type": "object",
+            "additionalProperties": True,
+            "properties": {"cost": USAGE["properties"]["cost"]},  # type: ignore[index]
+        }
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": True,
+        "properties": properties,
+    }
+
+
 def _model(names: list[str]) -> dict[str, Any]:
     model: dict[str, Any] = {"type": "string", "minLength": 1}
     if names:
@@ -293,6 +394,36 @@ def _schemas(models: list[str], text_models: list[str]) -> dict[str, Any]:
         "CompletionRequest": _request(
             ["model", "prompt"], {"model": _model(text_models), "prompt": PROMPT}
         ),
+        "EmbeddingsRequest": _object(
+            ["model", "input"], {"model": _model(text_models), "input": PROMPT}
+        ),
+        "ResponsesRequest": _object(
+            ["model", "input"],
+            {
+                "model": _model(text_models),
+                "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": ITEM}]},
+                "instructions": {"type": "string"},
+                "stream": {"type": "boolean"},
+                "previous_response_id": {
+                    "type": "string",
+                    "description": "Served by the replica that stored it; a 404 if it is gone.",
+                },
+                "max_output_tokens": _token_limit("max_output_tokens"),
+            },
+        ),
+        "MessagesRequest": _object(
+            ["model", "messages", "max_tokens"],
+            {
+                **_anthropic(text_models),
+                "max_tokens": _token_limit("max_tokens"),
+                "stream": {"type": "boolean"},
+            },
+        ),
+        "CountTokensRequest": _object(["model", "messages"], _anthropic(text_models)),
+        "Embeddings": _answer(["data"], "usage"),
+        "Response": _answer(["output"], "usage"),
+        "Message": _answer(["content"], "usage"),
+        "TokenCount": _answer(["input_tokens"], None),
         "Usage": USAGE,
         "ChatCompletion": COMPLETION,
         "Completion": COMPLETION,
@@ -321,7 +452,9 @@ def document(
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
     error = ErrorResponse.model_json_schema(ref_template=REF + "{model}")
+    anthropic = AnthropicErrorResponse.model_json_schema(ref_template=REF + "{model}")
     schemas.update(error.pop("$defs"), ErrorResponse=error, **_schemas(models, text_models))
+    schemas.update(anthropic.pop("$defs"), AnthropicErrorResponse=anthropic)
     components["securitySchemes"] = {
         TENANT_KEY: {"type": "http", "scheme": "bearer", "description": "A tenant's API key."},
         ADMIN_TOKEN: {"type": "http", "scheme": "bearer", "description": "KVGATE_ADMIN_TOKEN."},

@@ -24,7 +24,8 @@ from gateway.api.shapes import (
 )
 
 MAX_TOKENS_LIMIT = 1_000_000
-MAX_TOKEN_ID = 2**32 - 1  # token ids are hashed as 32-bit unsigned integers
+MAX_TOKEN_ID = 2**32 - 1
+MAX_DIMENSIONS = 65_536  # of an embedding  # token ids are hashed as 32-bit unsigned integers
 
 
 def _url() -> Shape:
@@ -235,3 +236,146 @@ COMPLETIONS = obj(
     },
     required=("model", "prompt"),
 )
+
+# -- /v1/embeddings ----------------------------------------------------------------------
+
+EMBEDDINGS = obj(
+    {
+        "model": string(),
+        "input": PROMPT,
+        "encoding_format": nullable(string("float", "base64")),
+        "dimensions": nullable(integer(1, MAX_DIMENSIONS)),
+        "user": nullable(string()),
+        "cache_salt": nullable(string()),
+    },
+    required=("model", "input"),
+)
+
+# -- /v1/responses (OpenAI's Responses API) -------------------------------------------------
+
+_RESPONSE_PART = variants(
+    obj({"type": string()}, required=("type",), what="a content part (an object with 'type')"),
+    "type",
+    {
+        "input_text": _part("input_text", text=string()),
+        "output_text": _part("output_text", text=string()),
+    },
+)
+_RESPONSE_CONTENT = either(
+    string(),
+    array(_RESPONSE_PART, "an array of content parts"),
+    what="a string or an array of content parts",
+)
+_RESPONSE_MESSAGE = obj(
+    {"type": string(), "role": string(), "content": _RESPONSE_CONTENT},
+    required=("role", "content"),
+    what="an input item (an object)",
+)
+# Items are checked by their 'type' (a message when it has none); a type not listed (a
+# reasoning item, a tool's) passes to the replica, which checks it.
+RESPONSE_ITEM = variants(
+    obj(
+        {"type": string(), "role": string(), "content": _RESPONSE_CONTENT},
+        what="an input item (an object)",
+    ),
+    "type",
+    {
+        "message": _RESPONSE_MESSAGE,
+        "function_call": obj(
+            {"type": string(), "call_id": string(), "name": string(), "arguments": string()},
+            required=("call_id", "name", "arguments"),
+        ),
+        "function_call_output": obj(
+            {"type": string(), "call_id": string(), "output": string()},
+            required=("call_id", "output"),
+        ),
+    },
+)
+RESPONSES = obj(
+    {
+        "model": string(),
+        "input": either(
+            string(),
+            array(RESPONSE_ITEM, "an array of input items"),
+            what="a string or an array of input items",
+        ),
+        "instructions": nullable(string()),
+        "stream": nullable(boolean()),
+        "store": nullable(boolean()),
+        "previous_response_id": nullable(string()),
+        "max_output_tokens": nullable(TOKEN_LIMIT),
+        "temperature": nullable(number()),
+        "top_p": nullable(number()),
+        "tools": nullable(array(obj({"type": string()}, required=("type",)), "an array of tools")),
+        "metadata": nullable(METADATA),
+        "user": nullable(string()),
+        "cache_salt": nullable(string()),
+    },
+    required=("model", "input"),
+)
+
+# -- /v1/messages, /v1/messages/count_tokens (Anthropic's Messages API) ---------------------
+
+CACHE_CONTROL = nullable(obj({"type": string(), "ttl": string()}, required=("type",)))
+_TEXT_BLOCK = obj(
+    {"type": string("text"), "text": string(), "cache_control": CACHE_CONTROL},
+    required=("type", "text"),
+)
+# Blocks are checked by their 'type'; others (images, tool results, thinking) pass to the
+# replica, which checks them.
+CONTENT_BLOCK = variants(
+    obj({"type": string()}, required=("type",), what="a content block (an object with 'type')"),
+    "type",
+    {"text": _TEXT_BLOCK},
+)
+ANTHROPIC_MESSAGE = obj(
+    {
+        "role": string(),
+        "content": either(
+            string(),
+            array(CONTENT_BLOCK, "an array of content blocks"),
+            what="a string or an array of content blocks",
+        ),
+    },
+    required=("role", "content"),
+    what="a message (an object with 'role' and 'content')",
+)
+ANTHROPIC_TOOL = obj(
+    {
+        "name": string(),
+        "description": string(),
+        "input_schema": obj({}),
+        "cache_control": CACHE_CONTROL,
+    },
+    required=("name",),
+    what="a tool (an object with a string 'name')",
+)
+_ANTHROPIC_PROMPT: dict[str, Shape] = {
+    "model": string(),
+    "messages": array(ANTHROPIC_MESSAGE, "a non-empty array of messages", min_items=1),
+    "system": nullable(
+        either(
+            string(),
+            array(_TEXT_BLOCK, "an array of text blocks"),
+            what="a string or an array of text blocks",
+        )
+    ),
+    "tools": nullable(array(ANTHROPIC_TOOL, "an array of tools")),
+    "cache_salt": nullable(string()),
+}
+MESSAGES = obj(
+    {
+        **_ANTHROPIC_PROMPT,
+        "max_tokens": TOKEN_LIMIT,
+        "stream": nullable(boolean()),
+        "temperature": nullable(number()),
+        "top_p": nullable(number()),
+        "top_k": nullable(integer()),
+        "stop_sequences": nullable(array(string(), "an array of strings")),
+        "metadata": nullable(
+            obj({"user_id": nullable(string()), "interaction_id": nullable(string())})
+        ),
+    },
+    required=("model", "messages", "max_tokens"),
+)
+COUNT_TOKENS = obj(_ANTHROPIC_PROMPT, required=("model", "messages"))

@@ -161,6 +161,8 @@ class RequestRow(Base):
     interaction_id: Mapped[str] = mapped_column(String(200))
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     model: Mapped[str] = mapped_column(String(200))
+    # The inference endpoint's path (added by 0013); NULL: recorded before kvgate kept it.
+    endpoint: Mapped[str | None] = mapped_column(String(40), default=None)
     deployment: Mapped[str] = mapped_column(String(200))
     upstream: Mapped[str] = mapped_column(String(500))
     policy: Mapped[str] = mapped_column(String(50), default="")

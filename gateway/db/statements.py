@@ -79,7 +79,9 @@ class Grouping:
 
 @dataclass(frozen=True, slots=True)
 class LineItem:
-    """Requests of one day × model × price entry × rate set × usage source.
+    """Requests of one day × model × endpoint × price entry × rate set × usage source.
+
+    ``endpoint`` is the inference endpoint's path (None: recorded before kvgate kept it).
 
     The rate set is standard, long_context or a tier; the usage source says whether the
     tokens were reported by the upstream, estimated by kvgate (failed and cancelled streams),
@@ -92,6 +94,7 @@ class LineItem:
 
     day: str
     model: str
+    endpoint: str | None
     price_id: str | None
     rate_class: str | None
     usage_source: str
@@ -121,6 +124,7 @@ def statement_lines(
     key: tuple[ColumnElement[Any], ...] = (
         day,
         RequestRow.model.expression,
+        RequestRow.endpoint.expression,
         RequestRow.price_id.expression,
         RequestRow.rate_class.expression,
     )
@@ -150,6 +154,7 @@ def statement_lines(
             LineItem(
                 day=row["day"],
                 model=row["model"],
+                endpoint=row["endpoint"],
                 price_id=row["price_id"],
                 rate_class=row["rate_class"],
                 usage_source=row["usage_source"],
@@ -169,6 +174,7 @@ def statement_lines(
         key=lambda line: (
             line.day,
             line.model,
+            line.endpoint or "",
             line.price_id or "",
             line.rate_class or "",
             line.group is not None,

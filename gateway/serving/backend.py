@@ -20,8 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from starlette.responses import Response
+
+from gateway.accounting.records import Record
 from gateway.errors import KvgateError
+from gateway.serving import replies
 from gateway.serving.context import Attempt, Context, Expectation, Outcome
+from gateway.serving.wires import Wire
 
 
 class NoUpstream(Exception):
@@ -37,11 +42,20 @@ class NoUpstream(Exception):
 @dataclass(slots=True)
 class Answer:
     """A complete (non-streamed) answer: the body to return, its usage as the upstream
-    reported it, and the attempt's outcome."""
+    reported it, and the attempt's outcome; ``wire`` bills an endpoint other than chat's
+    and completions' (gateway/serving/wires.py)."""
 
     body: dict[str, Any]
     upstream_usage: Any
     outcome: Outcome
+    wire: Wire | None = None
+
+    def reply(self, record: Record | None) -> Response:
+        """The answer to send, its usage billed from ``record`` (None: not billed)."""
+        if self.wire is not None:
+            return self.wire.reply(self.body, record)
+        assert record is not None
+        return replies.json_reply(self.body, self.upstream_usage, record)
 
 
 class UpstreamEvents(Protocol):
@@ -64,6 +78,14 @@ class UpstreamEvents(Protocol):
     def outcome(self, *, ended: bool, error: str | None) -> Outcome:
         """The attempt's outcome: completed when ``ended`` cleanly, else failed or
         cancelled (``error`` says which), with reported or estimated usage."""
+        ...
+
+    def ending(self, record: Record, *, with_usage: bool) -> bytes:
+        """The stream's last events, billed: sent once its record is durable."""
+        ...
+
+    def error_event(self, error: KvgateError) -> bytes:
+        """The event that ends the stream when it broke after its first byte."""
         ...
 
     async def close(self) -> None:

@@ -19,12 +19,27 @@ class Endpoint(StrEnum):
 
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"
+    EMBEDDINGS = "/v1/embeddings"
+    RESPONSES = "/v1/responses"
+    MESSAGES = "/v1/messages"
+    COUNT_TOKENS = "/v1/messages/count_tokens"
+
+    @property
+    def anthropic(self) -> bool:
+        """Anthropic's wire: its headers, its error shape."""
+        return self in (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS)
+
+    @property
+    def billed(self) -> bool:
+        """Whether a call is priced and recorded (counting tokens generates nothing)."""
+        return self is not Endpoint.COUNT_TOKENS
 
 
-# The endpoints each backend serves (a deployment's ``backend``): litellm's providers are
-# reached through their chat APIs only. /v1/models lists these per model.
+# The endpoints each backend serves (a deployment's ``backend``): vLLM serves every wire
+# itself; litellm's providers are reached through their chat APIs only. /v1/models lists
+# these per model.
 SERVED: dict[str, tuple[Endpoint, ...]] = {
-    "vllm": (Endpoint.CHAT, Endpoint.COMPLETIONS),
+    "vllm": tuple(Endpoint),
     "litellm": (Endpoint.CHAT,),
 }
 

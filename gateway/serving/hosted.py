@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gateway.accounting.records import Status
+from gateway.accounting.records import Record, Status
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, KvgateError
+from gateway.serving import replies
 from gateway.serving.backend import Answer
 from gateway.serving.calls import SERVED, forwardable
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
@@ -54,9 +55,10 @@ class HostedBackend:
     async def plan(self, ctx: Context) -> Plan:
         """The deployment's targets; only chat is served through litellm."""
         if ctx.call.endpoint not in SERVED["litellm"]:
+            served = ", ".join(SERVED["litellm"])
             raise InvalidRequest(
-                f"model '{ctx.call.model}' is served through a chat API only; "
-                "use /v1/chat/completions",
+                f"model '{ctx.call.model}' is served through a chat API only, "
+                f"not on {ctx.call.endpoint.value}: use {served}",
                 param="model",
             )
         # The vLLM path's limit, checked before litellm's own json gives up (about 1000
@@ -152,6 +154,13 @@ class HostedStream:
             service_tier=stream.service_tier,
             error=error,
         )
+
+    def ending(self, record: Record, *, with_usage: bool) -> bytes:
+        """The billed usage chunk (when asked for) and ``[DONE]``."""
+        return replies.stream_ending(self.usage_chunk, record, with_usage=with_usage)
+
+    def error_event(self, error: KvgateError) -> bytes:
+        return replies.stream_error(error)
 
     async def close(self) -> None:
         """Closing litellm's stream closes the provider connection."""

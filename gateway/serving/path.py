@@ -24,7 +24,6 @@ from starlette.responses import Response
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
 from gateway.errors import KvgateError, UpstreamError
-from gateway.serving import replies
 from gateway.serving.backend import Backend, NoUpstream, UpstreamEvents
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.records import record_of
@@ -56,9 +55,11 @@ class Serving:
             attempt, stream = await self.failover(ctx, backend, plan, backend.open)
             return EventStream(self.relay(ctx, backend, plan, attempt, stream))
         attempt, answer = await self.failover(ctx, backend, plan, backend.send)
+        if not ctx.call.endpoint.billed:  # counting tokens: nothing generated, nothing billed
+            return answer.reply(None)
         expectation = backend.learn(plan, attempt, answer.outcome)
         record = await self.keep(ctx, attempt, answer.outcome, expectation)
-        return replies.json_reply(answer.body, answer.upstream_usage, record)
+        return answer.reply(record)
 
     async def failover(
         self,
@@ -130,11 +131,9 @@ class Serving:
         expectation = backend.learn(plan, attempt, outcome)
         record = await self.keep(ctx, attempt, outcome, expectation)
         if error is not None:
-            yield replies.stream_error(error)
+            yield stream.error_event(error)
             return
-        yield replies.stream_ending(
-            stream.usage_chunk, record, with_usage=ctx.call.client_wants_usage
-        )
+        yield stream.ending(record, with_usage=ctx.call.client_wants_usage)
 
     async def keep(
         self,

@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.routing.conversations import (
+    anthropic_messages,
+    anthropic_tools,
+    responses_messages,
+    responses_tools,
+)
 from gateway.routing.inputs import ChatPrompt, PromptInput, TextPrompt
 from gateway.serving.calls import Call, Endpoint
 
@@ -18,6 +24,24 @@ from gateway.serving.calls import Call, Endpoint
 def routing_prompt(call: Call) -> PromptInput:
     """The call's prompt, with the request fields vLLM's chat template reads."""
     body = call.body
+    if call.endpoint is Endpoint.RESPONSES:
+        return ChatPrompt(
+            messages=responses_messages(body.get("instructions"), body["input"]),
+            tools=responses_tools(body.get("tools")),
+            chars=call.prompt_chars,
+        )
+    if call.endpoint.anthropic:
+        return ChatPrompt(
+            messages=anthropic_messages(body.get("system"), body["messages"]),
+            tools=anthropic_tools(body.get("tools")),
+            chars=call.prompt_chars,
+        )
+    if call.endpoint is Endpoint.EMBEDDINGS:
+        return TextPrompt(
+            prompt=body["input"],
+            add_special_tokens=bool(body.get("add_special_tokens", True)),
+            chars=call.prompt_chars,
+        )
     if call.endpoint is Endpoint.CHAT:
         template_kwargs = body.get("chat_template_kwargs")
         return ChatPrompt(

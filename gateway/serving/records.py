@@ -26,6 +26,7 @@ def record_of(
         interaction_id=ctx.interaction_id,
         attempt=attempt.number,
         model=ctx.call.model,
+        endpoint=ctx.call.endpoint.value,
         deployment=ctx.deployment.name,
         upstream=attempt.upstream,
         policy=attempt.policy,

@@ -11,7 +11,7 @@ A request that failed over is several attempts, so several spans, siblings under
 caller's ``traceparent`` (W3C trace context) when it sent one; ``kvgate.attempt`` numbers
 them. The attributes:
 
-    gen_ai.operation.name            chat | text_completion
+    gen_ai.operation.name            chat | text_completion | embeddings
     gen_ai.provider.name             vllm, or the litellm provider (anthropic, openai, ...)
     gen_ai.request.model             the model the client asked for
     gen_ai.response.model            the model that answered (as billed)
@@ -39,7 +39,15 @@ from gateway.serving.context import Context
 
 log = logging.getLogger("kvgate.telemetry")
 
-OPERATIONS = {Endpoint.CHAT: "chat", Endpoint.COMPLETIONS: "text_completion"}
+# The GenAI conventions' operation names: the Responses and Messages APIs are chats.
+OPERATIONS = {
+    Endpoint.CHAT: "chat",
+    Endpoint.COMPLETIONS: "text_completion",
+    Endpoint.EMBEDDINGS: "embeddings",
+    Endpoint.RESPONSES: "chat",
+    Endpoint.MESSAGES: "chat",
+    Endpoint.COUNT_TOKENS: "chat",
+}
 TRACES_PATH = "/v1/traces"
 
 

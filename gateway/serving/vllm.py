@@ -23,23 +23,38 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.accounting.records import Status
+from gateway.accounting.records import Record, Status
 from gateway.auth import cache_salt
 from gateway.config import Deployment
-from gateway.errors import KvgateError, UpstreamError, UpstreamRejected, UpstreamUnavailable
+from gateway.errors import (
+    KvgateError,
+    ResponseUnavailable,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
 from gateway.routing.fleet import Fleet
 from gateway.routing.placement import NoReplicaAvailable, Placement, Route
+from gateway.serving import replies
 from gateway.serving.backend import Answer, NoUpstream
 from gateway.serving.breaks import DEFAULT_SIZE, Arrival, BreakWatch, interaction_key, renderer
-from gateway.serving.calls import forwardable
+from gateway.serving.calls import Endpoint, forwardable
 from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
+from gateway.serving.homes import ResponseHomes
 from gateway.serving.prompts import routing_prompt
+from gateway.serving.wires import WIRES, Wire, WireStream
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
 from gateway.usage import Usage, UsageSource, from_openai
 
 MAX_ATTEMPTS = 2
 CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
+# The streams whose usage comes only when asked for (the Responses and Messages streams
+# always end with theirs).
+ASK_FOR_USAGE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
+# What a replica only reads (no tokens generated): routing is not taught by its answer,
+# and it has no place in an interaction's prompts.
+NOT_GENERATED = frozenset({Endpoint.EMBEDDINGS, Endpoint.COUNT_TOKENS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +67,9 @@ class Plan:
     timeout: aiohttp.ClientTimeout
     tried: set[str]
     arrival: Arrival | None = None  # its place in its interaction, for prefix breakers
+    wire: Wire | None = None  # an endpoint other than chat's and completions'
+    generated: bool = True  # tokens are generated (its answer teaches routing)
+    pinned: str | None = None  # the previous_response_id whose replica alone may serve it
 
 
 class VllmBackend:
@@ -79,6 +97,7 @@ class VllmBackend:
             name: BreakWatch(name, size=break_lru_size, render=renderer(fleet.hasher.tokenizer))
             for name, fleet in self.fleets.items()
         }
+        self.homes = ResponseHomes()  # Responses API ids -> the replica that stored them
 
     async def plan(self, ctx: Context) -> Plan:
         """The upstream body and the route, computed once for every attempt."""
@@ -87,9 +106,13 @@ class VllmBackend:
         body = dict(call.body)
         body["model"] = fleet.config.served_name
         body["cache_salt"] = salt
-        if call.stream:
+        if call.stream and call.endpoint in ASK_FOR_USAGE:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         encoded = forwardable(body)
+        previous = body.get("previous_response_id")
+        tried = self._pinned(fleet, previous)
+        known = isinstance(previous, str) and self.homes.home_of(previous) is not None
+        pinned = previous if known else None
         source = routing_prompt(call)
         route = await fleet.route_async(
             source,
@@ -98,7 +121,9 @@ class VllmBackend:
             interaction_id=ctx.interaction_id,
         )
         arrival = None
-        if ctx.interaction_id != ctx.request_id:  # an interaction of its own: no predecessor
+        generated = call.endpoint not in NOT_GENERATED
+        # An interaction of its own has no predecessor.
+        if generated and ctx.interaction_id != ctx.request_id:
             arrival = self.breaks[ctx.deployment.name].arrive(
                 interaction_key(ctx.principal.tenant_id, ctx.interaction_id),
                 route.prompt,
@@ -107,7 +132,20 @@ class VllmBackend:
         # Every attempt sends ``encoded``: the parsed body, as large as the request, goes now
         # instead of being held beside it until the upstream answers.
         call.body.clear()
-        return Plan(fleet, encoded, route, self._timeouts[ctx.deployment.name], set(), arrival)
+        timeout = self._timeouts[ctx.deployment.name]
+        wire = WIRES.get(call.endpoint)
+        return Plan(fleet, encoded, route, timeout, tried, arrival, wire, generated, pinned)
+
+    def _pinned(self, fleet: Fleet, previous: Any) -> set[str]:
+        """The replicas a follow-up of a stored response must not go to: all but the one
+        holding it (none when the gateway does not know where it is)."""
+        home = self.homes.home_of(previous) if isinstance(previous, str) else None
+        if home is None:
+            return set()
+        others = {r.url for r in fleet.replicas if r.url != home}
+        if not fleet.has_alternative(others):
+            raise _gone(previous, home)
+        return others
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
         """A replica for attempt ``number``, never one this request already tried."""
@@ -131,24 +169,44 @@ class VllmBackend:
         url = attempt.upstream + ctx.call.endpoint.value
         try:
             reply = await post_json(self.session, url, plan.body, timeout=plan.timeout)
-        except UpstreamConnectError:
+        except UpstreamConnectError as exc:
             plan.fleet.mark_down(_hold(attempt).placement.replica)
+            if plan.pinned is not None:
+                raise _gone(plan.pinned, attempt.upstream) from exc
             raise
-        return _answer(reply.status, reply.body)
+        answer = _answer(reply.status, reply.body, plan.wire)
+        if ctx.call.endpoint is Endpoint.RESPONSES:
+            self._stored(answer.body.get("id"), attempt.upstream)
+        return answer
 
-    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> VllmStream:
+    def _stored(self, response_id: Any, replica: str) -> None:
+        """A response the replica may have stored: follow-ups naming it go there."""
+        if isinstance(response_id, str):
+            self.homes.remember(response_id, replica)
+
+    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> VllmStream | WireStream:
         """One streamed POST, open once the replica answered 200."""
         url = attempt.upstream + ctx.call.endpoint.value
         upstream = UpstreamStream(self.session, url, plan.body, plan.timeout)
         try:
             status = await upstream.open()
-        except UpstreamConnectError:
+        except UpstreamConnectError as exc:
             plan.fleet.mark_down(_hold(attempt).placement.replica)
+            if plan.pinned is not None:
+                raise _gone(plan.pinned, attempt.upstream) from exc
             raise
         if status != 200:
             raw = await upstream.read_all()
             await upstream.close()
-            _answer(status, raw)  # raises: a 200 would have been a stream
+            _answer(status, raw, plan.wire)  # raises: a 200 would have been a stream
+        if plan.wire is not None:
+            replica = attempt.upstream
+            return WireStream(
+                upstream,
+                plan.wire,
+                prompt_chars=ctx.call.prompt_chars,
+                on_id=lambda response_id: self._stored(response_id, replica),
+            )
         return VllmStream(upstream, prompt_chars=ctx.call.prompt_chars)
 
     def first_token(self, attempt: Attempt) -> None:
@@ -168,7 +226,7 @@ class VllmBackend:
             ceiling_exact=plan.route.prompt.exact,
             prefix_break=self.breaks[fleet.name].measure(plan.arrival, usage),
         )
-        if outcome.status is Status.COMPLETED:
+        if outcome.status is Status.COMPLETED and plan.generated:
             fleet.learn(
                 plan.route,
                 placement,
@@ -253,16 +311,36 @@ class VllmStream:
             cached_by_tier=_cached_by_tier(state.usage),
         )
 
+    def ending(self, record: Record, *, with_usage: bool) -> bytes:
+        """The billed usage chunk (when asked for) and ``[DONE]``."""
+        return replies.stream_ending(self.usage_chunk, record, with_usage=with_usage)
+
+    def error_event(self, error: KvgateError) -> bytes:
+        return replies.stream_error(error)
+
     async def close(self) -> None:
         """Close the connection: cancels the replica's request if it is still running."""
         await self.upstream.close()
 
 
-def _answer(status: int, raw: bytes) -> Answer:
+def _gone(response_id: str, replica: str) -> ResponseUnavailable:
+    return ResponseUnavailable(
+        f"response '{response_id}' was stored by replica {replica}, which is no longer "
+        "available, and the conversation went with it: send the conversation again as "
+        "input, without previous_response_id",
+        param="previous_response_id",
+    )
+
+
+def _answer(status: int, raw: bytes, wire: Wire | None = None) -> Answer:
     """A replica's complete answer, or the error it amounts to."""
     data = _json_object(raw)
     if status != 200 or data is None:
         raise _upstream_error(status, data, raw)
+    if wire is not None:
+        return Answer(
+            body=data, upstream_usage=data.get("usage"), outcome=wire.outcome(data), wire=wire
+        )
     upstream_usage = data.get("usage")
     return Answer(
         body=data,

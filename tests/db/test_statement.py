@@ -171,6 +171,7 @@ def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  
         "estimated_tokens",
         "missing_requests",
         "group",
+        "endpoint",
     ]
     assert rows[-1].split(",")[0] == "TOTAL"
     assert rows[-1].split(",")[21] == "0.000857155"

@@ -22,6 +22,7 @@ from openai import AsyncOpenAI, OpenAI
 from sqlalchemy import select
 
 from gateway.db.models import RequestRow
+from gateway.serving.calls import Endpoint
 from tests.e2e.conftest import ADMIN_TOKEN, DOWN, MODEL, SOLO, UNPRICED
 from tests.support.processes import call, kvgate, wait_recorded
 from tests.support.stack import Stack
@@ -80,14 +81,14 @@ def test_models_list(stack: Stack) -> None:
         stack, "/v1/models", headers={"Authorization": f"Bearer {stack.keys['alpha']}"}
     )
     for card in json.loads(body)["data"]:
-        assert card["endpoints"] == ["/v1/chat/completions", "/v1/completions"]
+        assert card["endpoints"] == [e.value for e in Endpoint]
 
 
 def test_models_retrieve(stack: Stack) -> None:
     c = client(stack)
     card = c.models.retrieve(MODEL)  # an id holding '/': kvgate/demo-llama-8b
     assert (card.id, card.object, card.owned_by) == (MODEL, "model", "kvgate")
-    assert card.endpoints == ["/v1/chat/completions", "/v1/completions"]  # type: ignore[attr-defined]
+    assert card.endpoints == [e.value for e in Endpoint]  # type: ignore[attr-defined]
     assert card.created == next(m.created for m in c.models.list() if m.id == MODEL)
     with pytest.raises(openai.NotFoundError) as missing:
         c.models.retrieve("no-such-model")

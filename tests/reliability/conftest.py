@@ -54,6 +54,17 @@ def error_of(body: bytes) -> dict[str, object]:
     return dict(error)
 
 
+def anthropic_error_of(body: bytes) -> dict[str, object]:
+    """The error object of an error answer, checked to be exactly Anthropic's shape."""
+    document = json.loads(body)
+    assert sorted(document) == ["error", "type"] and document["type"] == "error", document
+    error = document["error"]
+    assert sorted(error) == ["message", "type"], error
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str)
+    return dict(error)
+
+
 @pytest.fixture(scope="session", params=_backends())
 def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

@@ -162,14 +162,91 @@ RICH_COMPLETION = {
 }
 # Per endpoint: a body with every member its schema names (the replica may refuse some of
 # them), and a plain one that every deployment serves.
+RICH_EMBEDDINGS = {
+    "model": TEXT,
+    "input": "embed this sentence",
+    "encoding_format": "float",
+    "dimensions": 8,
+    "user": "user-1",
+    "cache_salt": "my-salt",
+}
+PLAIN_EMBEDDINGS = {"model": TEXT, "input": ["one", "two"]}
+RICH_RESPONSES = {
+    "model": TEXT,
+    "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "found"},
+        {"role": "user", "content": "Go on."},
+    ],
+    "instructions": "Be brief.",
+    "stream": False,
+    "store": True,
+    "previous_response_id": None,
+    "max_output_tokens": 2,
+    "temperature": 0.5,
+    "top_p": 1.0,
+    "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
+    "metadata": {"interaction_id": "json-types"},
+    "user": "user-1",
+    "cache_salt": "my-salt",
+}
+PLAIN_RESPONSES = {"model": TEXT, "input": "Once upon a time", "max_output_tokens": 2}
+
+
+def ephemeral() -> dict[str, str]:
+    """A cache_control of its own (a shared dict would change in every place at once)."""
+    return {"type": "ephemeral", "ttl": "5m"}
+
+
+ANTHROPIC_PROMPT = {
+    "model": TEXT,
+    "system": [{"type": "text", "text": "Be brief.", "cache_control": ephemeral()}],
+    "messages": [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hi.", "cache_control": ephemeral()}],
+        },
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Go on."},
+    ],
+    "tools": [
+        {
+            "name": "lookup",
+            "description": "Looks things up.",
+            "input_schema": {"type": "object"},
+            "cache_control": ephemeral(),
+        }
+    ],
+    "cache_salt": "my-salt",
+}
+RICH_MESSAGES = {
+    **ANTHROPIC_PROMPT,
+    "max_tokens": 2,
+    "stream": False,
+    "temperature": 0.5,
+    "top_p": 1.0,
+    "top_k": 5,
+    "stop_sequences": ["The end."],
+    "metadata": {"user_id": "user-1", "interaction_id": "json-types"},
+}
+PLAIN_MESSAGES = {"model": TEXT, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi."}]}
 EXAMPLES: dict[Endpoint, list[dict[str, Any]]] = {
     Endpoint.CHAT: [RICH_CHAT, PLAIN_CHAT],
     Endpoint.COMPLETIONS: [RICH_COMPLETION, PLAIN_COMPLETION],
+    Endpoint.EMBEDDINGS: [RICH_EMBEDDINGS, PLAIN_EMBEDDINGS],
+    Endpoint.RESPONSES: [RICH_RESPONSES, PLAIN_RESPONSES],
+    Endpoint.MESSAGES: [RICH_MESSAGES, PLAIN_MESSAGES],
+    Endpoint.COUNT_TOKENS: [
+        ANTHROPIC_PROMPT,
+        {"model": TEXT, "messages": [{"role": "user", "content": "Hi."}]},
+    ],
 }
-# The deployments every body of an endpoint goes to.
+# The deployments every body of an endpoint goes to (the hosted one serves chat only: a
+# 400 for the others, never a 5xx).
 TARGETS: dict[Endpoint, tuple[str, ...]] = {
-    Endpoint.CHAT: (TEXT, TOKENS, HOSTED),
-    Endpoint.COMPLETIONS: (TEXT, TOKENS, HOSTED),
+    endpoint: (TEXT, TOKENS, HOSTED) for endpoint in EXAMPLES
 }
 
 # -- positions and values -------------------------------------------------------------------
@@ -349,13 +426,24 @@ async def judge(app: App, mutation: Mutation, statuses: Counter[int]) -> list[st
     if expected is not None:
         if {status for status, _ in answers} != {400}:
             wrong.append(f"expected 400s naming {expected!r}, got {answers}")
-        elif answers[0][1]["error"]["param"] != expected:
+        elif named(mutation.endpoint, answers[0][1]) != expected:
             wrong.append(f"expected param {expected!r}, got {answers[0][1]}")
         elif len({json.dumps(reply, sort_keys=True) for _, reply in answers}) != 1:
             wrong.append(f"the deployments disagree: {answers}")
         else:
             statuses[-400] += 1  # refused as expected
     return wrong
+
+
+def named(endpoint: Endpoint, reply: dict[str, Any]) -> Any:
+    """The position a 400 names: OpenAI's ``param``; in Anthropic's shape, which has none,
+    the quoted position its message starts with."""
+    error = reply["error"]
+    if not endpoint.anthropic:
+        return error["param"]
+    assert reply["type"] == "error" and sorted(error) == ["message", "type"], reply
+    message: str = error["message"]
+    return message.split("'")[1] if message.startswith("'") else message
 
 
 def pattern(at: Path_) -> str:

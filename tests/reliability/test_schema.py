@@ -24,13 +24,18 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tests.reliability.conftest import ADMIN_TOKEN, Stack, call, error_of
+from gateway.serving.calls import Endpoint
+from tests.reliability.conftest import ADMIN_TOKEN, Stack, anthropic_error_of, call, error_of
 
 pytestmark = pytest.mark.e2e
 
 OPERATIONS = [
     ("POST", "/v1/chat/completions"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/v1/responses"),
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
     ("GET", "/v1/models"),
     ("GET", "/v1/models/{model}"),
     ("GET", "/v1/billing/statement"),
@@ -75,7 +80,7 @@ def test_the_schema_documents_every_endpoint(stack: Stack) -> None:
     auth = {"Authorization": f"Bearer {stack.keys['alpha']}"}
     for model, endpoints in (
         ("claude", ["/v1/chat/completions"]),
-        ("kvgate/demo-llama-8b", ["/v1/chat/completions", "/v1/completions"]),
+        ("kvgate/demo-llama-8b", [e.value for e in Endpoint]),
     ):
         status, _, body = call(f"{stack.url}/v1/models/{model}", headers=auth)
         assert status == 200 and json.loads(body)["endpoints"] == endpoints
@@ -95,7 +100,8 @@ def test_every_operation_documented_as_secured_refuses_a_request_without_a_key(
     for method, path in secured:
         url = stack.url + path.replace("{key_id}", "key_0")
         status, headers, body = call(url, b"{}" if method == "POST" else None, method=method)
-        assert status == 401 and error_of(body)["type"] == "authentication_error", path
+        read = anthropic_error_of if path.startswith("/v1/messages") else error_of
+        assert status == 401 and read(body)["type"] == "authentication_error", path
         assert headers["www-authenticate"] == "Bearer"
 
 
@@ -135,7 +141,7 @@ def test_generated_requests_get_documented_answers_and_never_a_5xx(
     def check(case: schemathesis.Case) -> None:
         reply = case.call_and_validate(headers={"Authorization": f"Bearer {key}"}, checks=CHECKS)
         if reply.status_code >= 400:
-            error_of(reply.content)
+            (anthropic_error_of if path.startswith("/v1/messages") else error_of)(reply.content)
         assert not [s for s in hidden if s.encode() in reply.content]
         seen.append(reply.status_code)
 

@@ -3,8 +3,10 @@
 aiohttp rather than the gateway's FastAPI: the overhead benchmark sends traffic straight
 here with `TimingModel.zero()`, so the simulator must cost far less than what it measures.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``,
-``GET /health``, ``POST /tokenize``, ``GET /metrics``, ``POST /reset_prefix_cache``.
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
+``POST /v1/responses``, ``POST /v1/messages``, ``POST /v1/messages/count_tokens``,
+``GET /v1/models``, ``GET /health``, ``POST /tokenize``, ``GET /metrics``,
+``POST /reset_prefix_cache``. The wires other than chat's are in wires.py.
 """
 
 from __future__ import annotations
@@ -36,6 +38,19 @@ from gateway.tools.sim.protocol import (
     usage,
 )
 from gateway.tools.sim.timing import TimingModel
+from gateway.tools.sim.wires import (
+    ResponseReply,
+    ResponseStore,
+    Stored,
+    anthropic_error,
+    anthropic_event,
+    anthropic_usage,
+    chat_tokens,
+    embeddings_body,
+    messages_prompt,
+    responses_prompt,
+    responses_usage,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -85,6 +100,7 @@ class Replica:
             lower_blocks=config.lower_blocks,
         )
         self.created = int(time.time())
+        self.stored = ResponseStore()
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         """POST /v1/chat/completions."""
@@ -100,6 +116,146 @@ class Replica:
         parsed = parse_generation(body, prompt, max_model_len=self.config.max_model_len)
         check_model(body, self.config.model)
         return await self._generate(request, parsed, self._reply(request, chat=False))
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/embeddings."""
+        body = parse_json(await request.read())
+        check_model(body, self.config.model)
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise BadRequest("Parameter 'cache_salt' must be a non-empty string if provided.")
+        return web.Response(
+            body=embeddings_body(self.config.model, body), content_type="application/json"
+        )
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/responses: stored (``store``, the default) for follow-ups."""
+        body = parse_json(await request.read())
+        messages = responses_prompt(body, self.stored)
+        options = {
+            "max_tokens": body.get("max_output_tokens"),
+            "stream": body.get("stream"),
+            "cache_salt": body.get("cache_salt"),
+        }
+        parsed = parse_generation(
+            options, chat_tokens(messages), max_model_len=self.config.max_model_len
+        )
+        check_model(body, self.config.model)
+        reply = ResponseReply("resp_" + uuid.uuid4().hex, self.config.model, body, int(time.time()))
+        job = GenerationRequest(parsed.prompt_token_ids, parsed.max_tokens, parsed.cache_salt)
+        store = body.get("store", True) is not False
+        if parsed.stream:
+            response = await _event_stream(request)
+            async with self.engine.run(job) as generation:
+                await response.write(reply.opening())
+                parts: list[str] = []
+                async for batch in generation.batches():
+                    parts.extend(token.text for token in batch)
+                    await response.write(b"".join(reply.delta(t.text) for t in batch))
+                text = "".join(parts)
+                usage = responses_usage(
+                    generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens
+                )
+                if store:
+                    self.stored.put(reply.id, Stored(messages, text))
+                await response.write(reply.closing(text, usage))
+            await response.write_eof()
+            return response
+        async with self.engine.run(job) as generation:
+            text = await generation.text()
+        if store:
+            self.stored.put(reply.id, Stored(messages, text))
+        usage = responses_usage(
+            generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens
+        )
+        return _json(reply.response("incomplete", text, usage))
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/messages (Anthropic's wire, as vLLM serves it)."""
+        body = parse_json(await request.read())
+        options = {
+            "max_tokens": body.get("max_tokens"),
+            "stream": body.get("stream"),
+            "cache_salt": body.get("cache_salt"),
+        }
+        if options["max_tokens"] is None:
+            raise BadRequest("'max_tokens' is required")
+        parsed = parse_generation(
+            options, messages_prompt(body), max_model_len=self.config.max_model_len
+        )
+        check_model(body, self.config.model)
+        message_id = "msg_" + uuid.uuid4().hex
+        job = GenerationRequest(parsed.prompt_token_ids, parsed.max_tokens, parsed.cache_salt)
+        envelope = {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.config.model,
+        }
+        if not parsed.stream:
+            async with self.engine.run(job) as generation:
+                text = await generation.text()
+            usage = anthropic_usage(
+                generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens
+            )
+            answer = {
+                **envelope,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "max_tokens",
+                "stop_sequence": None,
+                "usage": usage,
+            }
+            return _json(answer)
+        response = await _event_stream(request)
+        async with self.engine.run(job) as generation:
+            start = anthropic_usage(generation.prompt_tokens, 0, generation.cached_tokens)
+            message: dict[str, Any] = {
+                **envelope,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+            }
+            opening = [
+                anthropic_event("message_start", {"message": {**message, "usage": start}}),
+                anthropic_event(
+                    "content_block_start",
+                    {"index": 0, "content_block": {"type": "text", "text": ""}},
+                ),
+            ]
+            await response.write(b"".join(opening))
+            async for batch in generation.batches():
+                deltas = [
+                    anthropic_event(
+                        "content_block_delta",
+                        {"index": 0, "delta": {"type": "text_delta", "text": token.text}},
+                    )
+                    for token in batch
+                ]
+                await response.write(b"".join(deltas))
+            usage = anthropic_usage(
+                generation.prompt_tokens, generation.completion_tokens, generation.cached_tokens
+            )
+            closing = [
+                anthropic_event("content_block_stop", {"index": 0}),
+                anthropic_event(
+                    "message_delta",
+                    {"delta": {"stop_reason": "max_tokens", "stop_sequence": None}, "usage": usage},
+                ),
+                anthropic_event("message_stop", {}),
+            ]
+            await response.write(b"".join(closing))
+        await response.write_eof()
+        return response
+
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/messages/count_tokens."""
+        body = parse_json(await request.read())
+        tokens = messages_prompt(body)
+        check_model(body, self.config.model)
+        count = len(tokens)
+        return _json(
+            {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+        )
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         """GET /v1/models."""
@@ -203,7 +359,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as error:
-        return web.Response(body=error.body(), status=error.status, content_type="application/json")
+        # vLLM's /v1/messages answers in Anthropic's error shape.
+        body = anthropic_error(error) if request.path.startswith("/v1/messages") else error.body()
+        return web.Response(body=body, status=error.status, content_type="application/json")
 
 
 def create_app(config: SimConfig) -> web.Application:
@@ -217,6 +375,10 @@ def create_app(config: SimConfig) -> web.Application:
         [
             web.post("/v1/chat/completions", replica.chat_completions),
             web.post("/v1/completions", replica.completions),
+            web.post("/v1/embeddings", replica.embeddings),
+            web.post("/v1/responses", replica.responses),
+            web.post("/v1/messages", replica.messages),
+            web.post("/v1/messages/count_tokens", replica.count_tokens),
             web.get("/v1/models", replica.models),
             web.get("/health", replica.health),
             web.post("/tokenize", replica.tokenize),
@@ -274,6 +436,13 @@ def _usage(generation: Generation) -> dict[str, Any]:
         generation.cached_tokens,
         by_source,
     )
+
+
+async def _event_stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Cache-Control": "no-cache"})
+    response.content_type = "text/event-stream"
+    await response.prepare(request)
+    return response
 
 
 def _json(value: object) -> web.Response:
