@@ -28,13 +28,13 @@ class Metrics:
         self.multiprocess = multiprocess_dir is not None
         # The labelled children each (model, upstream) counts into, looked up once: a
         # ``labels()`` call per counter per request was most of ``observe``'s time.
-        self._series: dict[tuple[str, str], _Series] = {}
+        self._series: dict[tuple[str, str, str], _Series] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
             "kvgate_requests",
-            "Requests (attempts) by outcome",
-            ["model", "upstream", "status"],
+            "Requests (attempts) by outcome and endpoint",
+            ["model", "upstream", "endpoint", "status"],
             registry=r,
         )
         self.tokens = Counter(
@@ -164,11 +164,10 @@ class Metrics:
 
     def observe(self, record: Record) -> None:
         """Count one finished attempt."""
-        series = self._series.get((record.model, record.upstream))
+        key = (record.model, record.upstream, record.endpoint)
+        series = self._series.get(key)
         if series is None:
-            series = self._series[(record.model, record.upstream)] = _Series(
-                self, record.model, record.upstream
-            )
+            series = self._series[key] = _Series(self, *key)
         usage = record.usage
         series.requests(record.status.value).inc()
         if usage.uncached_tokens:
@@ -214,12 +213,12 @@ class Metrics:
 
 
 class _Series:
-    """One (model, upstream)'s children of the request metrics."""
+    """One (model, upstream, endpoint)'s children of the request metrics."""
 
-    def __init__(self, metrics: Metrics, model: str, upstream: str) -> None:
+    def __init__(self, metrics: Metrics, model: str, upstream: str, endpoint: str) -> None:
         self._requests = metrics.requests
         self._by_status: dict[str, Any] = {}
-        self.model, self.upstream = model, upstream
+        self.model, self.upstream, self.endpoint = model, upstream, endpoint
         self.uncached = metrics.tokens.labels(model, "uncached")
         self.cache_read = metrics.tokens.labels(model, "cache_read")
         self.cache_write = metrics.tokens.labels(model, "cache_write")
@@ -235,6 +234,6 @@ class _Series:
         child = self._by_status.get(status)
         if child is None:
             child = self._by_status[status] = self._requests.labels(
-                self.model, self.upstream, status
+                self.model, self.upstream, self.endpoint, status
             )
         return child

@@ -2,7 +2,15 @@
 
 import pytest
 
-from gateway.usage import Usage, UsageSource, from_anthropic, from_openai, to_openai
+from gateway.usage import (
+    Usage,
+    UsageSource,
+    from_anthropic,
+    from_openai,
+    from_responses,
+    from_vllm_anthropic,
+    to_openai,
+)
 
 
 def test_openai_cached_tokens_are_inside_prompt_tokens() -> None:
@@ -87,3 +95,37 @@ def test_to_openai_round_trips() -> None:
         "prompt_tokens_details": {"cached_tokens": 1024},
     }
     assert from_openai(to_openai(usage)) == usage
+
+
+def test_responses_usage_counts_cached_tokens_inside_input_tokens() -> None:
+    usage = from_responses(
+        {
+            "input_tokens": 120,
+            "input_tokens_details": {"cached_tokens": 96, "cache_write_tokens": 24},
+            "output_tokens": 7,
+            "output_tokens_details": {"reasoning_tokens": 3},
+        }
+    )
+    # vLLM's cache writes are prefill it computed: uncached. Reasoning is inside output.
+    assert (usage.uncached_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (24, 96, 0)
+    assert (usage.output_tokens, usage.prompt_tokens) == (7, 120)
+    assert from_responses(None).source.value == "missing"
+    assert (
+        from_responses(
+            {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 9}}
+        ).cache_read_tokens
+        == 5
+    )
+
+
+def test_vllm_anthropic_usage_bills_created_cache_tokens_as_uncached() -> None:
+    usage = from_vllm_anthropic(
+        {
+            "input_tokens": 10,
+            "cache_read_input_tokens": 96,
+            "cache_creation_input_tokens": 14,
+            "output_tokens": 4,
+        }
+    )
+    assert (usage.uncached_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (24, 96, 0)
+    assert (usage.output_tokens, usage.prompt_tokens) == (4, 120)

@@ -497,8 +497,8 @@ def test_metrics_count_requests_tokens_and_cost(stack: Stack) -> None:
     ):
         assert name in text, name
     assert (
-        f'kvgate_requests_total{{model="{SOLO}",status="completed",upstream="{stack.sims[2].url}"}}'
-        in text
+        f'kvgate_requests_total{{endpoint="/v1/chat/completions",model="{SOLO}",'
+        f'status="completed",upstream="{stack.sims[2].url}"}}' in text
     )
 
 

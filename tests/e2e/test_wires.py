@@ -244,6 +244,10 @@ def test_embeddings_create_is_priced_at_the_input_rate(stack: Stack) -> None:
         model=SOLO, input=["one two", "three"], encoding_format="float"
     )
     assert [d.index for d in several.data] == [0, 1] and several.usage.prompt_tokens == 3
+    # /metrics counts requests by endpoint.
+    status, _, body = call(stack.url + "/metrics")
+    assert status == 200
+    assert f'kvgate_requests_total{{endpoint="/v1/embeddings",model="{SOLO}",'.encode() in body
 
 
 # -- /v1/messages, /v1/messages/count_tokens --------------------------------------------

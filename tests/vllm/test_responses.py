@@ -1,0 +1,50 @@
+"""/v1/responses in exact mode, against `kvgate sim` and real vLLM (marker ``vllm``): the
+gateway hashes the prompt the replica renders (instructions + input items as chat
+messages), so what it predicted is what the replica served from cache; what it recorded
+is what the replica reported, streamed and not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.vllm.conftest import ExactStack
+from tests.vllm.replicas import text
+
+
+def test_responses_are_routed_on_the_prompt_the_replica_renders(stack: ExactStack) -> None:
+    client = stack.client()
+    instructions = text(201, 160)
+    items: list[Any] = [
+        {"role": "user", "content": [{"type": "input_text", "text": text(202, 20)}]},
+        {"role": "user", "content": "and the next question: " + text(204, 10)},
+    ]
+    asked: dict[str, Any] = {
+        "model": "tiny-solo",
+        "instructions": instructions,
+        "input": items,
+        "max_output_tokens": 3,
+        "temperature": 0,
+    }
+    seen: list[tuple[int, int, int | None]] = []  # (reported cached, recorded, predicted)
+    for stream in (False, True, False):
+        if stream:
+            raw = client.responses.with_raw_response.create(stream=True, **asked)
+            events = list(raw.parse())
+            assert events[0].type == "response.created"
+            assert events[-1].type == "response.completed"
+            usage = events[-1].response.usage  # type: ignore[union-attr]
+        else:
+            raw = client.responses.with_raw_response.create(**asked)
+            usage = raw.parse().usage
+        assert usage is not None
+        row = stack.row(raw.headers["x-request-id"])
+        assert row.status == "completed" and row.endpoint == "/v1/responses"
+        assert row.uncached_tokens + row.cache_read_tokens == usage.input_tokens
+        assert row.output_tokens == usage.output_tokens
+        cached = usage.input_tokens_details.cached_tokens
+        assert usage.model_extra is not None and usage.model_extra["cost"] is not None
+        seen.append((cached, row.cache_read_tokens, row.predicted_cached_tokens))
+    assert [recorded for _, recorded, _ in seen] == [reported for reported, _, _ in seen]
+    # Repeats were served from cache, and the router knew exactly how much.
+    assert seen[1][0] > 0 and seen[2][0] > 0
+    assert [predicted for _, _, predicted in seen[1:]] == [reported for reported, _, _ in seen[1:]]
