@@ -96,6 +96,9 @@ class Deployment(BaseModel):
     prediction_ttl_s: float = Field(default=5.0, gt=0)
     timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    # The output cap sent upstream, for a request under a budget that gave no max_tokens:
+    # what its reservation counts (gateway/serving/admission.py).
+    default_max_tokens: int = Field(default=4096, ge=1)
 
     @field_validator("tokenizer")
     @classmethod
@@ -171,6 +174,7 @@ class ProviderDeployment(ProviderTarget):
     name: str = Field(min_length=1)
     backend: Literal["litellm"]
     fallbacks: tuple[ProviderTarget, ...] = ()
+    default_max_tokens: int = Field(default=4096, ge=1)  # as for vLLM deployments
 
     @property
     def targets(self) -> tuple[ProviderTarget, ...]:

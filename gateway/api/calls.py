@@ -60,8 +60,11 @@ def _prompt_chars(endpoint: Endpoint, body: dict[str, Any]) -> int:
     return sum(len(p) if isinstance(p, str) else 4 for p in prompt)
 
 
-def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
-    """Check every member's JSON type; raise InvalidRequest with the member named."""
+def parse_call(endpoint: Endpoint, body: dict[str, Any], *, size: int = 0) -> Call:
+    """Check every member's JSON type; raise InvalidRequest with the member named.
+
+    ``size``: the body's length in bytes as received (the bound budgets reserve against).
+    """
     check(SCHEMAS[endpoint], body)
     model: str = body["model"]
     if not model:
@@ -78,6 +81,7 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any]) -> Call:
         client_salt=body.get("cache_salt"),
         interaction_hint=metadata.get("interaction_id"),
         prompt_chars=_prompt_chars(endpoint, body),
+        body_bytes=size,
     )
 
 

@@ -45,6 +45,10 @@ class Call:
     client_salt: str | None
     interaction_hint: str | None
     prompt_chars: int
+    # The body's size in bytes as received: a bound on its prompt's tokens (a byte-level
+    # tokenizer makes at most one token per byte; the JSON around the text covers a chat
+    # template's own tokens). 0 where unknown.
+    body_bytes: int = 0
 
 
 def forwardable(body: dict[str, Any]) -> bytes:
