@@ -232,7 +232,7 @@ class Admission:
                 self.alerts.exhausted(budget, short, self._spent_now(short))
             raise BudgetExceeded(
                 f"budget {budget.id} on {budget.scope} ({budget.period}) cannot cover this "
-                f"request: limit {budget.limit}; it resets {reset_text(end)}",
+                f"request: limit {budget.limit.normalize():f}; it resets {reset_text(end)}",
                 headers=headers,
             )
         return Admitted(

@@ -109,7 +109,7 @@ class Alerts:
             budget.scope,
             threshold * 100,
             budget.period,
-            budget.limit,
+            f"{budget.limit.normalize():f}",
             spent,
             f" (interaction {charge.subject})" if charge.subject else "",
         )
