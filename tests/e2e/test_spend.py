@@ -84,9 +84,16 @@ def test_a_zero_budget_blocks_with_402_in_openais_shape_and_a_refused_record(
     stack: Stack,
 ) -> None:
     out = kvgate(
-        "budgets", "set", "--scope", "tenant:zero", "--limit", "0", "--period", "day",
+        "budgets",
+        "set",
+        "--scope",
+        "tenant:zero",
+        "--limit",
+        "0",
+        "--period",
+        "day",
         env=stack.env,
-    )  # fmt: skip
+    )
     budget_id = out.stdout.split()[1].rstrip(":")
     with pytest.raises(openai.APIStatusError) as refused:
         ask(stack, "zero")
@@ -116,8 +123,14 @@ def test_a_zero_budget_blocks_with_402_in_openais_shape_and_a_refused_record(
 
 def test_an_interaction_budget_stops_a_looping_agent_at_its_cap(stack: Stack) -> None:
     cap = Decimal("0.000150000")
-    admin(stack, "POST", "/v1/admin/budgets", scope="interaction:agent", limit=str(cap),
-          period="total")  # fmt: skip
+    admin(
+        stack,
+        "POST",
+        "/v1/admin/budgets",
+        scope="interaction:agent",
+        limit=str(cap),
+        period="total",
+    )
     messages = list(ASK)
     answered = 0
     with pytest.raises(openai.APIStatusError) as stopped:
@@ -153,8 +166,14 @@ def test_an_interaction_budget_stops_a_looping_agent_at_its_cap(stack: Stack) ->
 
 
 def test_rate_limits_answer_429_with_openais_headers(stack: Stack) -> None:
-    admin(stack, "POST", "/v1/admin/limits", scope=f"key:{stack.key_ids['limited']}",
-          requests_per_minute=3, tokens_per_minute=1_000_000)  # fmt: skip
+    admin(
+        stack,
+        "POST",
+        "/v1/admin/limits",
+        scope=f"key:{stack.key_ids['limited']}",
+        requests_per_minute=3,
+        tokens_per_minute=1_000_000,
+    )
     client = stack.client("limited")
     # Far from a minute's end, so that all four land in one window.
     if datetime.now(UTC).second > 50:
@@ -188,13 +207,13 @@ class Receiver(http.server.ThreadingHTTPServer):
         self.posts: list[tuple[dict[str, str], bytes]] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(handler) -> None:  # noqa: N802, N805
+            def do_POST(handler) -> None:
                 body = handler.rfile.read(int(handler.headers["content-length"]))
                 self.posts.append(({k.lower(): v for k, v in handler.headers.items()}, body))
                 handler.send_response(204)
                 handler.end_headers()
 
-            def log_message(handler, *args: Any) -> None:  # noqa: N805
+            def log_message(handler, *args: Any) -> None:
                 pass
 
         super().__init__(("127.0.0.1", 0), Handler)
@@ -208,8 +227,16 @@ class Receiver(http.server.ThreadingHTTPServer):
 def test_thresholds_fire_exactly_once_each_signed_to_a_webhook(stack: Stack) -> None:
     receiver = Receiver()
     limit = Decimal("0.000060000")
-    budget = admin(stack, "POST", "/v1/admin/budgets", scope="tenant:alerted", limit=str(limit),
-                   period="month", alert_at=["0.2", "0.4", "1.0"], webhook=receiver.url)  # fmt: skip
+    budget = admin(
+        stack,
+        "POST",
+        "/v1/admin/budgets",
+        scope="tenant:alerted",
+        limit=str(limit),
+        period="month",
+        alert_at=["0.2", "0.4", "1.0"],
+        webhook=receiver.url,
+    )
     refusals = 0
     for _ in range(200):
         try:
