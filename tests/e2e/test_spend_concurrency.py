@@ -1,0 +1,111 @@
+"""No overspend under concurrency, across gateways: two `kvgate serve` processes (journals
+of their own, one Postgres), 48 concurrent clients of one tenant (half of them streaming)
+against a small daily budget. Every request completes or gets 402; the settled spend stays
+within the limit and equals, to the nano-dollar, the sum of the records' costs in the period.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import httpx
+import openai
+import pytest
+from sqlalchemy import func, select
+
+from gateway.budgets import Period, period_bounds
+from gateway.db.models import BudgetCounterRow, RequestRow
+from gateway.db.session import session_factory
+from tests.conftest import new_database
+from tests.factories import vllm
+from tests.support.processes import gateway_env, start_gateway, wait_recorded
+from tests.support.stack import SIM_MODEL, running_stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+ADMIN = "test-admin-token"
+CLIENTS = 48
+EACH = 3
+LIMIT = Decimal("0.000300000")
+
+
+def test_two_gateways_never_overspend_one_budget(tmp_path: Path) -> None:
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(tmp_path, url, tenants=("small",), KVGATE_ADMIN_TOKEN=ADMIN) as stack,
+    ):
+        stack.start_sims(2, extra=("--decode-tokens-per-s", "400"))
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        env_b = gateway_env(url, tmp_path / "journal-b", KVGATE_ADMIN_TOKEN=ADMIN)
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, env_b)
+        try:
+            reply = httpx.post(
+                a.url + "/v1/admin/budgets",
+                json={"scope": "tenant:small", "limit": str(LIMIT), "period": "day"},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            assert reply.status_code == 201, reply.text
+            budget_id = reply.json()["id"]
+            outcomes: Counter[str] = Counter()
+            lock = threading.Lock()
+
+            def client(number: int) -> None:
+                gateway = (a, b)[number % 2]
+                api = openai.OpenAI(base_url=gateway.url + "/v1", api_key=stack.key, max_retries=0)
+                for turn in range(EACH):
+                    messages = [{"role": "user", "content": f"client {number} turn {turn}"}]
+                    try:
+                        if (number + turn) % 2:
+                            chunks = api.chat.completions.create(
+                                model=SIM_MODEL, messages=messages, max_tokens=16, stream=True
+                            )
+                            assert any(c.choices and c.choices[0].delta.content for c in chunks)
+                        else:
+                            api.chat.completions.create(
+                                model=SIM_MODEL, messages=messages, max_tokens=16
+                            )
+                        outcome = "completed"
+                    except openai.APIStatusError as exc:
+                        outcome = str(exc.status_code)
+                    with lock:
+                        outcomes[outcome] += 1
+
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                list(pool.map(client, range(CLIENTS)))
+            assert set(outcomes) == {"completed", "402"}, outcomes
+            assert outcomes["completed"] + outcomes["402"] == CLIENTS * EACH
+            wait_recorded(a.url)
+            wait_recorded(b.url)
+        finally:
+            b.stop()
+        start, end = period_bounds(Period.DAY, ZoneInfo("UTC"), datetime.now(UTC))
+        factory = session_factory(stack.engine)
+        with factory() as session:
+            counter = session.get(BudgetCounterRow, (budget_id, "", start))
+            assert counter is not None
+            in_period = (
+                RequestRow.tenant_id == stack.tenant_ids["small"],
+                RequestRow.started_at >= start,
+                RequestRow.started_at < end,
+            )
+            recorded = session.scalar(select(func.sum(RequestRow.cost_total)).where(*in_period))
+            statuses = dict(
+                session.execute(
+                    select(RequestRow.status, func.count())
+                    .where(*in_period)
+                    .group_by(RequestRow.status)
+                ).all()
+            )
+        assert counter.spent <= LIMIT
+        assert counter.spent == recorded
+        assert counter.reserved == Decimal(0)
+        assert statuses == {"completed": outcomes["completed"], "refused": outcomes["402"]}
+        # What remained could not cover one more request's largest cost.
+        assert LIMIT - counter.spent < Decimal("0.0001")
