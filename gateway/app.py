@@ -216,6 +216,7 @@ def create_app(settings: Settings) -> FastAPI:
             limits=limits,
             metrics=metrics,
             alerts=alerts,
+            hold_ttl_s=settings.budget_hold_ttl_s,
         )
         state.serving = Serving(
             ledger=ledger, backends=backends, telemetry=telemetry, admission=admission
@@ -263,6 +264,11 @@ def create_app(settings: Settings) -> FastAPI:
             asyncio.ensure_future(_every(settings.health_interval_s, check_replicas, "health")),
             asyncio.ensure_future(_every(settings.load_interval_s, read_loads, "load")),
         ]
+        tasks.append(
+            asyncio.ensure_future(
+                _every(settings.budget_hold_ttl_s / 3, admission.tick, "budget holds")
+            )
+        )
         peers = None
         if settings.workers > 1:
             # The other workers of this gateway learn every routing change this one makes.

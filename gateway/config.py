@@ -268,6 +268,9 @@ class Settings(BaseSettings):
     # Prefix breakers: interactions whose latest request each worker keeps, per deployment
     # (8 bytes per prompt block each: 4 KB for an 8,000-token prompt in 16-token blocks).
     break_lru_size: int = Field(default=4096, ge=1, le=10_000_000)
+    # Budgets: an admitted request's hold, renewed while it runs; one whose gateway died is
+    # returned to its budget this long after its last renewal.
+    budget_hold_ttl_s: float = Field(default=60.0, ge=1)
     # Reconciliation: how often each replica's counters are stored (replica_samples), and
     # the window over which the gateway compares them with its records (drift > 1 %: a
     # metric and a log line); samples older than replica_sample_days are deleted.

@@ -401,6 +401,21 @@ class BudgetCounterRow(Base):
     reserved: Mapped[Decimal] = mapped_column(Money())
 
 
+class BudgetHoldRow(Base):
+    """What one admitted request holds reserved on one counter, until it is settled; a
+    hold whose gateway died is swept after ``expires_at`` and its amount returned."""
+
+    __tablename__ = "budget_holds"
+    __table_args__ = (Index("ix_budget_holds_expires_at", "expires_at"),)
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    budget_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200))
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    amount: Mapped[Decimal] = mapped_column(Money())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 class BudgetAlertRow(Base):
     """One threshold crossed by one budget in one period: made once (its key), then
     delivered to the webhook; ``status`` pending | delivered | failed | no_webhook."""

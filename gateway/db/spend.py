@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gateway.budgets import (
+    FOREVER,
     Budget,
     Period,
     RateLimit,
@@ -35,6 +36,7 @@ from gateway.db.models import (
     ApiKeyRow,
     BudgetAlertRow,
     BudgetCounterRow,
+    BudgetHoldRow,
     BudgetRow,
     Money,
     RateLimitRow,
@@ -140,6 +142,7 @@ def delete_budget(session: Session, *, budget_id: str) -> Budget:
         raise NotFound(f"no budget with id {budget_id!r}")
     budget = budget_of(row)
     session.execute(delete(BudgetCounterRow).where(BudgetCounterRow.budget_id == budget_id))
+    session.execute(delete(BudgetHoldRow).where(BudgetHoldRow.budget_id == budget_id))
     session.delete(row)
     changes.bump(session, BUDGETS)
     return budget
@@ -174,10 +177,18 @@ def _counter(charge: Charge) -> Any:
     )
 
 
-def reserve(session: Session, charges: Sequence[Charge]) -> Charge | None:
+def reserve(
+    session: Session,
+    charges: Sequence[Charge],
+    *,
+    holder: str = "",
+    expires_at: datetime | None = None,
+) -> Charge | None:
     """Reserve every charge, or none: the first that does not fit is returned (the caller
     rolls the transaction back). A charge fits while what is spent and reserved stays
     within the limit; a budget spent or reserved up to its limit (a zero one) takes none.
+    With a ``holder`` (the request id), each reservation is a hold, swept at ``expires_at``
+    if it is never settled.
     """
     ordered = sorted(charges, key=lambda c: c.key)
     if ordered:
@@ -199,27 +210,88 @@ def reserve(session: Session, charges: Sequence[Charge]) -> Charge | None:
         ).first()
         if taken is None:
             return charge
+    if holder and ordered:
+        holds = [
+            {
+                "request_id": holder,
+                "budget_id": c.budget_id,
+                "subject": c.subject,
+                "period_start": c.period_start,
+                "amount": c.amount,
+                "expires_at": expires_at or FOREVER,
+            }
+            for c in ordered
+        ]
+        session.execute(_insert(session, BudgetHoldRow), holds)
     return None
 
 
 def settle(
-    session: Session, charges: Sequence[Charge], cost: Decimal
+    session: Session, charges: Sequence[Charge], cost: Decimal, *, holder: str = ""
 ) -> list[tuple[Charge, Decimal]]:
-    """Turn each reservation into the recorded ``cost``; each counter's spend after."""
+    """Turn each reservation into the recorded ``cost``; each counter's spend after. A
+    hold already swept (its gateway was thought gone) returned its amount then."""
     after: list[tuple[Charge, Decimal]] = []
     for charge in sorted(charges, key=lambda c: c.key):
+        held = charge.amount
+        if holder:
+            released = session.scalar(
+                delete(BudgetHoldRow)
+                .where(
+                    BudgetHoldRow.request_id == holder, BudgetHoldRow.budget_id == charge.budget_id
+                )
+                .returning(BudgetHoldRow.amount)
+            )
+            held = released if released is not None else Decimal(0)
         spent = session.scalar(
             update(BudgetCounterRow)
             .where(_counter(charge))
             .values(
                 spent=BudgetCounterRow.spent + literal(cost, Money()),
-                reserved=BudgetCounterRow.reserved - literal(charge.amount, Money()),
+                reserved=BudgetCounterRow.reserved - literal(held, Money()),
             )
             .returning(BudgetCounterRow.spent)
         )
         if spent is not None:  # None: the budget was deleted meanwhile
             after.append((charge, spent))
     return after
+
+
+def renew(session: Session, holders: Sequence[str], expires_at: datetime) -> None:
+    """Keep the holds of requests still running (``holders``) until ``expires_at``."""
+    for start in range(0, len(holders), 1000):
+        chunk = list(holders[start : start + 1000])
+        session.execute(
+            update(BudgetHoldRow)
+            .where(BudgetHoldRow.request_id.in_(chunk))
+            .values(expires_at=expires_at)
+        )
+
+
+def sweep(session: Session, now: datetime) -> int:
+    """Return the amounts of holds expired by ``now`` (their gateway died); how many.
+    Each hold is deleted by one sweeper only, so each amount is returned once."""
+    expired = session.execute(
+        delete(BudgetHoldRow)
+        .where(BudgetHoldRow.expires_at < now)
+        .returning(
+            BudgetHoldRow.budget_id,
+            BudgetHoldRow.subject,
+            BudgetHoldRow.period_start,
+            BudgetHoldRow.amount,
+        )
+    ).all()
+    for budget_id, subject, period_start, amount in sorted(expired, key=lambda r: tuple(r)[:3]):
+        session.execute(
+            update(BudgetCounterRow)
+            .where(
+                BudgetCounterRow.budget_id == budget_id,
+                BudgetCounterRow.subject == subject,
+                BudgetCounterRow.period_start == period_start,
+            )
+            .values(reserved=BudgetCounterRow.reserved - literal(amount, Money()))
+        )
+    return len(expired)
 
 
 def counter(

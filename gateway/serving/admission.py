@@ -53,6 +53,7 @@ def now() -> datetime:
 class Admitted:
     """One admitted request's hold on its budgets and limits, settled once at its end."""
 
+    request_id: str = ""
     charges: tuple[spend.Charge, ...] = ()
     limits: tuple[RateLimit, ...] = ()
     window: datetime | None = None
@@ -168,8 +169,11 @@ class Admission:
         metrics: Metrics | None = None,
         alerts: Alerts | None = None,
         clock: Callable[[], datetime] = now,
+        hold_ttl_s: float = 60.0,
     ) -> None:
         self.sessions = sessions
+        self.hold_ttl = timedelta(seconds=hold_ttl_s)
+        self.live: set[str] = set()  # requests holding reservations here: renewed
         self.ledger = ledger
         self.rules = Rules()
         self.metrics = metrics
@@ -209,7 +213,7 @@ class Admission:
         window = _minute(at)
         try:
             windows, short = await asyncio.to_thread(
-                self._take, [c for c, _ in charged], limits, window
+                self._take, [c for c, _ in charged], limits, window, ctx.request_id, at
             )
         except DatabaseError as exc:
             raise SpendUnavailable(
@@ -235,7 +239,10 @@ class Admission:
                 f"request: limit {budget.limit.normalize():f}; it resets {reset_text(end)}",
                 headers=headers,
             )
+        if charged:
+            self.live.add(ctx.request_id)
         return Admitted(
+            request_id=ctx.request_id,
             charges=tuple(c for c, _ in charged),
             limits=limits,
             window=window,
@@ -243,14 +250,20 @@ class Admission:
         )
 
     def _take(
-        self, charges: list[spend.Charge], limits: tuple[RateLimit, ...], window: datetime
+        self,
+        charges: list[spend.Charge],
+        limits: tuple[RateLimit, ...],
+        window: datetime,
+        holder: str,
+        at: datetime,
     ) -> tuple[list[spend.Window], spend.Charge | None]:
         with self.sessions() as session, session.begin():
             windows = spend.count_request(session, limits, window)
             if any(not w.admitted for w in windows):
                 session.rollback()
                 return windows, None
-            short = spend.reserve(session, charges)
+            expires = at + self.hold_ttl
+            short = spend.reserve(session, charges, holder=holder, expires_at=expires)
             if short is not None:
                 session.rollback()
                 # The windows stand uncounted: the request never ran.
@@ -270,6 +283,7 @@ class Admission:
         if admitted.settled or not admitted.holds:
             return
         admitted.settled = True
+        self.live.discard(admitted.request_id)
         try:
             after = await asyncio.to_thread(self._settle, admitted)
         except DatabaseError:
@@ -292,11 +306,24 @@ class Admission:
 
     def _settle(self, admitted: Admitted) -> list[tuple[spend.Charge, Decimal]]:
         with self.sessions() as session, session.begin():
-            after = spend.settle(session, admitted.charges, admitted.cost)
+            after = spend.settle(
+                session, admitted.charges, admitted.cost, holder=admitted.request_id
+            )
             if admitted.window is not None:
                 ids = [r.id for r in admitted.limits]
                 spend.count_tokens(session, ids, admitted.window, admitted.tokens)
             return after
+
+    async def tick(self) -> None:
+        """Renew the holds of the requests running here; return those of dead gateways."""
+        await asyncio.to_thread(self._tick, tuple(self.live), self.clock())
+
+    def _tick(self, live: tuple[str, ...], at: datetime) -> None:
+        with self.sessions() as session, session.begin():
+            spend.renew(session, live, at + self.hold_ttl)
+            swept = spend.sweep(session, at)
+        if swept:
+            log.warning("returned %d budget hold(s) of requests whose gateway went away", swept)
 
     def settle_later(self, admitted: Admitted) -> None:
         """``settle`` from a cancelled task, where awaiting is no longer possible."""

@@ -3,6 +3,8 @@
 - ``budgets``: a limit per period on a scope (tenant, key, each interaction of a tenant).
 - ``budget_counters``: per budget × subject (an interaction, or '') × period: settled
   spend and reserved amounts, charged by conditional UPDATEs.
+- ``budget_holds``: what each admitted request holds reserved, until it is settled (or,
+  its gateway gone, swept when it expires).
 - ``budget_alerts``: each threshold crossed once per budget, subject and period, with its
   webhook delivery status.
 - ``rate_limits`` and ``rate_windows``: requests and tokens per minute, counted per UTC
@@ -54,6 +56,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("budget_id", "subject", "period_start"),
     )
     op.create_table(
+        "budget_holds",
+        sa.Column("request_id", sa.String(length=64), nullable=False),
+        sa.Column("budget_id", sa.String(length=64), nullable=False),
+        sa.Column("subject", sa.String(length=200), nullable=False),
+        sa.Column("period_start", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("amount", MONEY, nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("request_id", "budget_id"),
+    )
+    op.create_index("ix_budget_holds_expires_at", "budget_holds", ["expires_at"], unique=False)
+    op.create_table(
         "budget_alerts",
         sa.Column("budget_id", sa.String(length=64), nullable=False),
         sa.Column("subject", sa.String(length=200), nullable=False),
@@ -98,6 +111,8 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_rate_limits_tenant_id"), table_name="rate_limits")
     op.drop_table("rate_limits")
     op.drop_table("budget_alerts")
+    op.drop_index("ix_budget_holds_expires_at", table_name="budget_holds")
+    op.drop_table("budget_holds")
     op.drop_table("budget_counters")
     op.drop_index(op.f("ix_budgets_tenant_id"), table_name="budgets")
     op.drop_table("budgets")

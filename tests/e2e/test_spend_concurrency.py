@@ -6,12 +6,16 @@ within the limit and equals, to the nano-dollar, the sum of the records' costs i
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -109,3 +113,98 @@ def test_two_gateways_never_overspend_one_budget(tmp_path: Path) -> None:
         assert statuses == {"completed": outcomes["completed"], "refused": outcomes["402"]}
         # What remained could not cover one more request's largest cost.
         assert LIMIT - counter.spent < Decimal("0.0001")
+
+
+def _counter(engine: Any, budget_id: str) -> tuple[Decimal, Decimal]:
+    start, _ = period_bounds(Period.DAY, ZoneInfo("UTC"), datetime.now(UTC))
+    with session_factory(engine)() as session:
+        row = session.get(BudgetCounterRow, (budget_id, "", start))
+        return (row.spent, row.reserved) if row is not None else (Decimal(0), Decimal(0))
+
+
+def test_a_killed_gateways_holds_return_after_their_ttl(tmp_path: Path) -> None:
+    """A gateway killed mid-stream never settles; its hold goes back to the budget within
+    the TTL (1 s here) and a sweep's interval, returned by the gateway still running."""
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(
+            tmp_path,
+            url,
+            tenants=("crash",),
+            KVGATE_ADMIN_TOKEN=ADMIN,
+            KVGATE_BUDGET_HOLD_TTL_S="1",
+        ) as stack,
+    ):
+        stack.start_sims(1, extra=("--decode-tokens-per-s", "20"))
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        env_b = gateway_env(
+            url, tmp_path / "journal-b", KVGATE_ADMIN_TOKEN=ADMIN, KVGATE_BUDGET_HOLD_TTL_S="1"
+        )
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, env_b)
+        try:
+            reply = httpx.post(
+                a.url + "/v1/admin/budgets",
+                json={"scope": "tenant:crash", "limit": "1", "period": "day"},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            budget_id = reply.json()["id"]
+            api = openai.OpenAI(base_url=a.url + "/v1", api_key=stack.key, max_retries=0)
+            chunks = api.chat.completions.create(
+                model=SIM_MODEL,
+                messages=[{"role": "user", "content": "long"}],
+                max_tokens=400,
+                stream=True,
+            )
+            next(iter(chunks))
+            assert _counter(stack.engine, budget_id)[1] > 0  # held while it streams
+            os.killpg(a.process.pid, signal.SIGKILL)
+            a.process.wait()
+            killed = time.monotonic()
+            while _counter(stack.engine, budget_id)[1] != 0 and time.monotonic() - killed < 10:
+                time.sleep(0.05)
+            returned_s = time.monotonic() - killed
+            assert _counter(stack.engine, budget_id) == (Decimal(0), Decimal(0))
+            assert returned_s < 1 + 1 / 3 + 1.5, returned_s  # TTL, a sweep interval, slack
+            assert "returned 1 budget hold(s)" in b.output()
+        finally:
+            b.stop()
+
+
+def test_requests_per_minute_hold_exactly_across_two_gateways(tmp_path: Path) -> None:
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(tmp_path, url, tenants=("rated",), KVGATE_ADMIN_TOKEN=ADMIN) as stack,
+    ):
+        stack.start_sims(1)
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, gateway_env(url, tmp_path / "journal-b"))
+        try:
+            reply = httpx.post(
+                a.url + "/v1/admin/limits",
+                json={"scope": "tenant:rated", "requests_per_minute": 10},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            assert reply.status_code == 201, reply.text
+            if datetime.now(UTC).second > 45:  # all in one minute
+                time.sleep(61 - datetime.now(UTC).second)
+
+            def one(number: int) -> int:
+                gateway = (a, b)[number % 2]
+                api = openai.OpenAI(base_url=gateway.url + "/v1", api_key=stack.key, max_retries=0)
+                try:
+                    api.chat.completions.create(
+                        model=SIM_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+                    )
+                except openai.RateLimitError:
+                    return 429
+                return 200
+
+            with ThreadPoolExecutor(30) as pool:
+                statuses = Counter(pool.map(one, range(30)))
+            assert statuses == {200: 10, 429: 20}
+        finally:
+            b.stop()

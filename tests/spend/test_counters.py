@@ -99,3 +99,36 @@ def test_each_threshold_is_claimed_once_per_period(empty_database_url: str) -> N
     tomorrow = _charge(budget, at + timedelta(days=1), "0")
     with transaction(factory) as session:
         assert spend.claim_alert(session, tomorrow, Decimal("0.5"), Decimal("0.6"), "x")
+
+
+def test_a_dead_gateways_holds_return_once_and_a_late_settlement_counts_only_its_cost(
+    empty_database_url: str,
+) -> None:
+    factory, budget = _budget(empty_database_url, "1")
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    charge = _charge(budget, at, "0.7")
+    with transaction(factory) as session:
+        assert spend.reserve(session, [charge], holder="req_a", expires_at=at) is None
+        assert (
+            spend.reserve(
+                session,
+                [_charge(budget, at, "0.2")],
+                holder="req_b",
+                expires_at=at + timedelta(minutes=1),
+            )
+            is None
+        )
+    with transaction(factory) as session:
+        spend.renew(session, ["req_b"], at + timedelta(minutes=5))
+        assert spend.sweep(session, at + timedelta(seconds=1)) == 1  # req_a's only
+    with transaction(factory) as session:
+        assert spend.sweep(session, at + timedelta(minutes=2)) == 0  # req_b was renewed
+    with factory() as session:
+        assert spend.counter(session, budget.id, charge.period_start) == (0, Decimal("0.2"))
+    with transaction(factory) as session:  # req_a was alive after all: its cost counts
+        spend.settle(session, [charge], Decimal("0.1"), holder="req_a")
+    with factory() as session:
+        assert spend.counter(session, budget.id, charge.period_start) == (
+            Decimal("0.1"),
+            Decimal("0.2"),
+        )
