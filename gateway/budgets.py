@@ -21,6 +21,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gateway.errors import InvalidRequest
 
+MAX_LIMIT = Decimal(10**9)  # Numeric(18, 9) holds less than 10^9 whole units
+MAX_SCOPE_CHARS = 200
 DEFAULT_ALERTS = (Decimal("0.5"), Decimal("0.8"), Decimal("1.0"))
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # a total budget's one period starts here
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
@@ -90,7 +92,12 @@ def parse_scope(text: str, *, allowed: tuple[ScopeKind, ...] = tuple(ScopeKind))
     if kind not in allowed:
         names = ", ".join(f"{k}:" for k in allowed)
         raise InvalidRequest(f"scope must be one of {names} here, not {text!r}", param="scope")
-    return Scope(kind, value.strip())
+    value = value.strip()
+    if len(value) > MAX_SCOPE_CHARS or not value.isprintable():
+        raise InvalidRequest(
+            f"a scope's name is at most {MAX_SCOPE_CHARS} printable characters", param="scope"
+        )
+    return Scope(kind, value)
 
 
 def parse_limit(text: str | Decimal) -> Decimal:
@@ -101,19 +108,42 @@ def parse_limit(text: str | Decimal) -> Decimal:
         raise InvalidRequest(
             f"limit must be a decimal amount, not {text!r}", param="limit"
         ) from None
-    if not amount.is_finite() or amount < 0 or amount != amount.quantize(Decimal("1e-9")):
+    if (
+        not amount.is_finite()
+        or not 0 <= amount < MAX_LIMIT
+        or amount != amount.quantize(Decimal("1e-9"))
+    ):
         raise InvalidRequest(
-            f"limit must be a non-negative amount with at most 9 decimals, not {text!r}",
+            f"limit must be an amount from 0 to under {MAX_LIMIT} with at most 9 decimals, "
+            f"not {text!r}",
             param="limit",
         )
     return amount
 
 
+def parse_webhook(url: str | None) -> str | None:
+    """An alert webhook: an http(s) URL of at most 2,000 printable characters."""
+    if url is None:
+        return None
+    if (
+        not url.startswith(("http://", "https://"))
+        or len(url) > 2000
+        or not url.isprintable()
+        or " " in url
+    ):
+        raise InvalidRequest(
+            f"webhook must be an http:// or https:// URL, not {url!r}", param="webhook"
+        )
+    return url
+
+
 def parse_zone(name: str) -> ZoneInfo:
     """An IANA time zone (``Europe/Paris``); unknown ones are a 400."""
+    if len(name) > 64 or not name.isprintable():
+        raise InvalidRequest(f"unknown time zone {name!r}", param="timezone")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidRequest(f"unknown time zone {name!r}", param="timezone") from None
 
 
@@ -124,7 +154,9 @@ def parse_alerts(text: str | list[Decimal] | tuple[Decimal, ...]) -> tuple[Decim
         values = sorted({Decimal(p.strip()) for p in parts if p.strip()})
     except InvalidOperation:
         raise InvalidRequest(f"alert thresholds must be decimals, not {text!r}") from None
-    if any(not (0 < v <= 1) for v in values):
+    if any(
+        not v.is_finite() or not (0 < v <= 1) or v != v.quantize(Decimal("1e-6")) for v in values
+    ):
         raise InvalidRequest(
             "alert thresholds must each be above 0 and at most 1", param="alert_at"
         )

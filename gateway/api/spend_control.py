@@ -36,12 +36,12 @@ class NewBudget(BaseModel):
     """A budget to set: the same scope and period again changes it."""
 
     model_config = ConfigDict(extra="forbid")
-    scope: str = Field(description="tenant:NAME, key:KEY_ID or interaction:TENANT.")
+    scope: str = Field(max_length=300, description="tenant:NAME, key:KEY_ID or interaction:TENANT.")
     limit: Decimal = Field(description="The most the scope may spend per period.")
     period: Period
-    timezone: str = "UTC"
-    alert_at: list[Decimal] = Field(default_factory=lambda: list(DEFAULT_ALERTS))
-    webhook: str | None = None
+    timezone: str = Field(default="UTC", max_length=64)
+    alert_at: list[Decimal] = Field(default_factory=lambda: list(DEFAULT_ALERTS), max_length=20)
+    webhook: str | None = Field(default=None, max_length=2000)
 
 
 class BudgetOut(BaseModel):
@@ -146,9 +146,9 @@ class NewLimit(BaseModel):
     """A rate limit to set on a tenant or key (the same scope again changes it)."""
 
     model_config = ConfigDict(extra="forbid")
-    scope: str = Field(description="tenant:NAME or key:KEY_ID.")
-    requests_per_minute: int | None = Field(default=None, ge=0)
-    tokens_per_minute: int | None = Field(default=None, ge=0)
+    scope: str = Field(max_length=300, description="tenant:NAME or key:KEY_ID.")
+    requests_per_minute: int | None = Field(default=None, ge=0, le=10**9)
+    tokens_per_minute: int | None = Field(default=None, ge=0, le=10**15)
 
 
 class LimitOut(BaseModel):

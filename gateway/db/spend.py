@@ -29,6 +29,7 @@ from gateway.budgets import (
     Scope,
     ScopeKind,
     parse_alerts,
+    parse_webhook,
     parse_zone,
 )
 from gateway.db import changes
@@ -101,6 +102,9 @@ def set_budget(
 ) -> Budget:
     """Create the budget of ``scope`` and ``period``, or change it if there is one."""
     parse_zone(timezone)
+    webhook = parse_webhook(webhook)
+    if len(alert_at) > 20:
+        raise InvalidRequest("at most 20 alert thresholds", param="alert_at")
     tenant_id, key_id = _owner(session, scope)
     row = session.scalar(
         select(BudgetRow).where(
@@ -389,9 +393,9 @@ def set_limit(
     """Create or change the rate limit of a tenant or key."""
     if requests_per_minute is None and tokens_per_minute is None:
         raise InvalidRequest("give --requests-per-minute, --tokens-per-minute or both")
-    for value in (requests_per_minute, tokens_per_minute):
-        if value is not None and value < 0:
-            raise InvalidRequest("rate limits are non-negative")
+    for value, most in ((requests_per_minute, 10**9), (tokens_per_minute, 10**15)):
+        if value is not None and not 0 <= value <= most:
+            raise InvalidRequest(f"rate limits are from 0 to {most}")
     tenant_id, key_id = _owner(session, scope)
     row = session.scalar(
         select(RateLimitRow).where(
