@@ -35,14 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
-from tests.e2e.conftest import make_tenant
+from tests.factories import config_file
 from tests.support.processes import (
+    cli_tenant,
     free_port,
     gateway_env,
     kvgate,
     start_gateway,
     start_sim,
-    write_config,
 )
 
 MODEL = "kvgate/demo-llama-8b"
@@ -176,6 +176,12 @@ def main() -> None:
         metavar="DIR",
         help="also record py-spy flame graphs (SVG) of the gateway in the c=32 scenarios",
     )
+    parser.add_argument(
+        "--spend-control",
+        action="store_true",
+        help="a budget (never reached) and a rate limit (never reached) on the benchmark "
+        "tenant: every request is admitted and settled through the database",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
@@ -194,7 +200,30 @@ def main() -> None:
         )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "bench")
+        key, _ = cli_tenant(env, "bench")
+        if args.spend_control:
+            kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:bench",
+                "--limit",
+                "1000000",
+                "--period",
+                "month",
+                env=env,
+            )
+            kvgate(
+                "limits",
+                "set",
+                "--scope",
+                "tenant:bench",
+                "--requests-per-minute",
+                "100000000",
+                "--tokens-per-minute",
+                "100000000000",
+                env=env,
+            )
         sim = start_sim(
             tmp,
             extra=(
@@ -208,7 +237,7 @@ def main() -> None:
                 "100000",
             ),
         )
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url], "policy": "kv-aware"}]
         )
         gateway = start_gateway(tmp, config, env, port=free_port())
@@ -274,6 +303,7 @@ def main() -> None:
         print(
             f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
             f" journal sync {args.journal_sync}"
+            + (", budget and rate limit on" if args.spend_control else "")
         )
         print(
             f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "

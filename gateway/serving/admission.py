@@ -305,14 +305,14 @@ class Admission:
                     self.alerts.crossed(budget, charge, threshold, spent)
 
     def _settle(self, admitted: Admitted) -> list[tuple[spend.Charge, Decimal]]:
+        # Rows are locked in admission's order (rate windows, then counters): no deadlock.
         with self.sessions() as session, session.begin():
-            after = spend.settle(
-                session, admitted.charges, admitted.cost, holder=admitted.request_id
-            )
             if admitted.window is not None:
                 ids = [r.id for r in admitted.limits]
                 spend.count_tokens(session, ids, admitted.window, admitted.tokens)
-            return after
+            return spend.settle(
+                session, admitted.charges, admitted.cost, holder=admitted.request_id
+            )
 
     async def tick(self) -> None:
         """Renew the holds of the requests running here; return those of dead gateways."""

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.e2e
 ADMIN = "test-admin-token"
 SECRET = "spend-test-secret-0123456789"
 ASK = [{"role": "user", "content": "How much is left?"}]
+SLOW = "slow-llama"  # 20 tokens a second: a stream a client can leave
 
 
 @pytest.fixture(scope="module", params=_backends())
@@ -47,13 +48,19 @@ def stack(
         running_stack(
             tmp,
             database_url,
-            tenants=("zero", "agent", "limited", "alerted"),
+            tenants=("zero", "agent", "limited", "alerted", "leaver"),
             KVGATE_ADMIN_TOKEN=ADMIN,
             KVGATE_SECRET=SECRET,
         ) as stack,
     ):
-        stack.start_sims(1)
-        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        [instant] = stack.start_sims(1)
+        [slow] = stack.start_sims(1, extra=("--decode-tokens-per-s", "20"))
+        stack.configure(
+            [
+                vllm(SIM_MODEL, [instant.url]),
+                vllm(SLOW, [slow.url], price_model=SIM_MODEL, upstream_model=SIM_MODEL),
+            ]
+        )
         stack.start_gateway()
         yield stack
 
@@ -275,3 +282,33 @@ def test_thresholds_fire_exactly_once_each_signed_to_a_webhook(stack: Stack) -> 
         ("0.4", "delivered", 1),
         ("1.0", "delivered", 1),
     ]
+
+
+def test_a_stream_left_midway_is_charged_what_its_record_says(stack: Stack) -> None:
+    budget = admin(
+        stack, "POST", "/v1/admin/budgets", scope="tenant:leaver", limit="1", period="week"
+    )
+    with httpx.stream(
+        "POST",
+        stack.url + "/v1/chat/completions",
+        json={"model": SLOW, "messages": ASK, "max_tokens": 200, "stream": True},
+        headers={"authorization": f"Bearer {stack.keys['leaver']}"},
+    ) as reply:
+        lines = reply.iter_lines()
+        for line in lines:
+            if '"content"' in line and '"content":""' not in line:
+                break  # the first token arrived; the client leaves
+    [row] = stack.rows(RequestRow.tenant_id == stack.tenant_ids["leaver"], count=1)
+    assert row.status == "cancelled" and 0 < row.output_tokens < 200
+    deadline = time.monotonic() + 5
+    while True:
+        [mine] = httpx.get(
+            stack.url + "/v1/billing/budgets",
+            headers={"authorization": f"Bearer {stack.keys['leaver']}"},
+        ).json()["data"]
+        if Decimal(mine["reserved"]) == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert mine["id"] == budget["id"]
+    assert (Decimal(mine["spent"]), Decimal(mine["reserved"])) == (row.cost_total, 0)
+    assert Decimal(mine["remaining"]) == Decimal(1) - row.cost_total
