@@ -178,9 +178,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--spend-control",
-        action="store_true",
-        help="a budget (never reached) and a rate limit (never reached) on the benchmark "
-        "tenant: every request is admitted and settled through the database",
+        choices=("budget", "both"),
+        default=None,
+        help="a budget (never reached) on the benchmark tenant, admitted from the worker's "
+        "lease; both: a rate limit (never reached) too, counted in the database per request",
     )
     args = parser.parse_args()
 
@@ -213,6 +214,7 @@ def main() -> None:
                 "month",
                 env=env,
             )
+        if args.spend_control == "both":
             kvgate(
                 "limits",
                 "set",
@@ -303,7 +305,7 @@ def main() -> None:
         print(
             f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
             f" journal sync {args.journal_sync}"
-            + (", budget and rate limit on" if args.spend_control else "")
+            + (f", spend control: {args.spend_control}" if args.spend_control else "")
         )
         print(
             f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "

@@ -37,6 +37,7 @@ from gateway.serving.backend import Backend
 from gateway.serving.context import new_request_id
 from gateway.serving.fleets import fleet_configs, prompt_tokenizer
 from gateway.serving.hosted import build_hosted
+from gateway.serving.leases import FLUSH_S as LEASE_FLUSH_S
 from gateway.serving.path import Serving
 from gateway.serving.reconciler import Reconciler
 from gateway.serving.telemetry import Telemetry
@@ -269,6 +270,7 @@ def create_app(settings: Settings) -> FastAPI:
                 _every(settings.budget_hold_ttl_s / 3, admission.tick, "budget holds")
             )
         )
+        tasks.append(asyncio.ensure_future(_every(LEASE_FLUSH_S, admission.flush, "leases")))
         peers = None
         if settings.workers > 1:
             # The other workers of this gateway learn every routing change this one makes.
@@ -347,6 +349,7 @@ def create_app(settings: Settings) -> FastAPI:
                     await task
             for consumer in consumers:
                 await consumer.stop()
+            await admission.close()
             await directory.stop()
             await alerts.stop()
             await recorder.stop()

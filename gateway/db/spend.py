@@ -494,3 +494,91 @@ def count_tokens(session: Session, limit_ids: Sequence[str], start: datetime, to
             .where(RateWindowRow.limit_id == limit_id, RateWindowRow.window_start == start)
             .values(tokens=RateWindowRow.tokens + tokens)
         )
+
+
+# -- leases -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSync:
+    """What one worker's lease on one counter should become: flush ``spent`` (settled
+    here since the last sync) into the counter, then hold ``want`` unspent (at least what
+    is in flight, ``floor``) if the limit allows."""
+
+    holder: str
+    budget_id: str
+    subject: str
+    period_start: datetime
+    limit: Decimal
+    spent: Decimal
+    want: Decimal
+    floor: Decimal
+    expires_at: datetime
+
+
+def sync_lease(session: Session, lease: LeaseSync) -> tuple[Decimal, Decimal]:
+    """Flush a lease's spend and resize it, exactly; (what the worker holds now, unspent;
+    the counter's spend after the flush).
+
+    The counter's row is locked by the flush's UPDATE (Postgres; SQLite's one writer), so
+    the room computed from it is the room there is: the spend and every worker's holds
+    together never pass the limit. A lease swept meanwhile (its worker was thought dead)
+    is taken again from what is free; a limit lowered below what is held takes back all
+    that is not in flight.
+    """
+    key = (
+        BudgetCounterRow.budget_id == lease.budget_id,
+        BudgetCounterRow.subject == lease.subject,
+        BudgetCounterRow.period_start == lease.period_start,
+    )
+    new = {
+        "budget_id": lease.budget_id,
+        "subject": lease.subject,
+        "period_start": lease.period_start,
+        "spent": Decimal(0),
+        "reserved": Decimal(0),
+    }
+    session.execute(_insert(session, BudgetCounterRow).on_conflict_do_nothing(), [new])
+    hold_key = (
+        BudgetHoldRow.request_id == lease.holder,
+        BudgetHoldRow.budget_id == lease.budget_id,
+    )
+    before = session.scalar(select(BudgetHoldRow.amount).where(*hold_key))
+    held = before if before is not None else Decimal(0)
+    flushed = min(lease.spent, held)
+    spent, reserved = session.execute(
+        update(BudgetCounterRow)
+        .where(*key)
+        .values(
+            spent=BudgetCounterRow.spent + literal(lease.spent, Money()),
+            reserved=BudgetCounterRow.reserved - literal(flushed, Money()),
+        )
+        .returning(BudgetCounterRow.spent, BudgetCounterRow.reserved)
+    ).one()
+    held -= flushed
+    room = lease.limit - spent - reserved  # free for anyone; negative: the limit was lowered
+    target = max(lease.want, lease.floor)
+    change = min(target - held, max(room, Decimal(0))) if target > held else target - held
+    if room < 0:
+        change = min(change, max(room, lease.floor - held))
+    if change:
+        session.execute(
+            update(BudgetCounterRow)
+            .where(*key)
+            .values(reserved=BudgetCounterRow.reserved + literal(change, Money()))
+        )
+        held += change
+    if before is not None:
+        session.execute(delete(BudgetHoldRow).where(*hold_key))
+    if held > 0:
+        session.execute(
+            _insert(session, BudgetHoldRow).values(
+                request_id=lease.holder,
+                budget_id=lease.budget_id,
+                subject=lease.subject,
+                period_start=lease.period_start,
+                amount=held,
+                expires_at=lease.expires_at,
+            )
+        )
+    return held, spent

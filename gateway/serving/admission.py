@@ -37,6 +37,7 @@ from gateway.mirror import Mirror
 from gateway.serving.alerts import Alerts
 from gateway.serving.calls import Endpoint
 from gateway.serving.context import Context
+from gateway.serving.leases import Leases
 from pricing.book import Price
 from pricing.cost import money
 
@@ -54,7 +55,8 @@ class Admitted:
     """One admitted request's hold on its budgets and limits, settled once at its end."""
 
     request_id: str = ""
-    charges: tuple[spend.Charge, ...] = ()
+    charges: tuple[spend.Charge, ...] = ()  # reserved in the database (interaction budgets)
+    leased: tuple[spend.Charge, ...] = ()  # taken from this worker's slices
     limits: tuple[RateLimit, ...] = ()
     window: datetime | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -64,7 +66,7 @@ class Admitted:
 
     @property
     def holds(self) -> bool:
-        return bool(self.charges or self.limits)
+        return bool(self.charges or self.leased or self.limits)
 
     def add(self, record: Record) -> None:
         """Count one of the request's records (every attempt's)."""
@@ -170,9 +172,17 @@ class Admission:
         alerts: Alerts | None = None,
         clock: Callable[[], datetime] = now,
         hold_ttl_s: float = 60.0,
+        leases: bool = True,
     ) -> None:
         self.sessions = sessions
         self.hold_ttl = timedelta(seconds=hold_ttl_s)
+        # Tenant and key budgets: slices held here (no database round trip per request);
+        # interaction budgets (each its own small counter) and rate limits: exact per request.
+        self.leases = (
+            Leases(sessions=sessions, hold_ttl=self.hold_ttl, clock=clock, crossed=self._flushed)
+            if leases
+            else None
+        )
         self.live: set[str] = set()  # requests holding reservations here: renewed
         self.ledger = ledger
         self.rules = Rules()
@@ -211,10 +221,20 @@ class Admission:
         at = self.clock()
         charged = self.charges(ctx, at)
         window = _minute(at)
+        leased: tuple[spend.Charge, ...] = ()
+        if self.leases is not None:
+            leased = tuple(c for c, b in charged if b.scope.kind is not ScopeKind.INTERACTION)
+        exact = [c for c, _ in charged if c not in leased]
+        windows: list[spend.Window] = []
         try:
-            windows, short = await asyncio.to_thread(
-                self._take, [c for c, _ in charged], limits, window, ctx.request_id, at
-            )
+            short = await self.leases.take(leased) if self.leases and leased else None
+            if short is None and (exact or limits):
+                windows, short = await asyncio.to_thread(
+                    self._take, exact, limits, window, ctx.request_id, at
+                )
+                refused = short is not None or any(not w.admitted for w in windows)
+                if refused and self.leases is not None:
+                    self.leases.give_back(leased)
         except DatabaseError as exc:
             raise SpendUnavailable(
                 f"budgets and rate limits apply and cannot be checked now ({type(exc).__name__})"
@@ -233,17 +253,19 @@ class Admission:
             budget = next(b for c, b in charged if c.key == short.key)
             _, end = budget.bounds(at)
             if self.alerts is not None:  # exhausted: the 100 % alert, if not sent yet
-                self.alerts.exhausted(budget, short, self._spent_now(short))
+                spent = await asyncio.to_thread(self._spent_now, short)
+                self.alerts.exhausted(budget, short, spent)
             raise BudgetExceeded(
                 f"budget {budget.id} on {budget.scope} ({budget.period}) cannot cover this "
                 f"request: limit {budget.limit.normalize():f}; it resets {reset_text(end)}",
                 headers=headers,
             )
-        if charged:
+        if exact:
             self.live.add(ctx.request_id)
         return Admitted(
             request_id=ctx.request_id,
-            charges=tuple(c for c, _ in charged),
+            charges=tuple(exact),
+            leased=leased,
             limits=limits,
             window=window,
             headers=headers,
@@ -284,10 +306,14 @@ class Admission:
             return
         admitted.settled = True
         self.live.discard(admitted.request_id)
+        if self.leases is not None and admitted.leased:
+            self.leases.settle(admitted.leased, admitted.cost)
+        if not admitted.charges and not admitted.limits:
+            return
         try:
             after = await asyncio.to_thread(self._settle, admitted)
         except DatabaseError:
-            log.exception("budget settlement failed: reservations stay held until the period ends")
+            log.exception("budget settlement failed: its holds return after their TTL")
             return
         for charge, spent in after:
             if charge.amount < admitted.cost:
@@ -297,12 +323,24 @@ class Admission:
                     charge.amount,
                     charge.budget_id,
                 )
-            budget = next((b for b in self.rules.budgets if b.id == charge.budget_id), None)
-            if budget is not None and self.alerts is not None:
-                for threshold in crossed(
-                    budget.alert_at, budget.limit, spent - admitted.cost, spent
-                ):
-                    self.alerts.crossed(budget, charge, threshold, spent)
+            self._flushed(charge, spent - admitted.cost, spent)
+
+    def _flushed(self, charge: spend.Charge, before: Decimal, after: Decimal) -> None:
+        """A counter's spend moved from ``before`` to ``after``: the thresholds it crossed."""
+        budget = next((b for b in self.rules.budgets if b.id == charge.budget_id), None)
+        if budget is not None and self.alerts is not None:
+            for threshold in crossed(budget.alert_at, budget.limit, before, after):
+                self.alerts.crossed(budget, charge, threshold, after)
+
+    async def close(self) -> None:
+        """Give this worker's slices back to their budgets (the gateway is stopping)."""
+        if self.leases is not None:
+            await self.leases.close()
+
+    async def flush(self) -> None:
+        """Sync this worker's budget slices (spend flushed, topped up, idle ones returned)."""
+        if self.leases is not None:
+            await self.leases.tick({b.id for b in self.rules.budgets})
 
     def _settle(self, admitted: Admitted) -> list[tuple[spend.Charge, Decimal]]:
         # Rows are locked in admission's order (rate windows, then counters): no deadlock.
