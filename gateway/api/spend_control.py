@@ -46,7 +46,9 @@ class NewBudget(BaseModel):
 
 class BudgetOut(BaseModel):
     """A budget; ``spent``/``reserved``/``remaining`` are its current period's (an
-    interaction budget's are each interaction's own, so none are shown)."""
+    interaction budget's are each interaction's own, so none are shown). ``reserved`` is
+    what requests in flight and the workers' leases hold; ``remaining`` is the limit less
+    what was spent."""
 
     id: str
     scope: str
@@ -81,7 +83,7 @@ def budget_out(session: Session, budget: Budget, at: datetime) -> BudgetOut:
     out.period_start, out.resets = start, reset_text(end)
     if budget.scope.kind is not ScopeKind.INTERACTION:
         out.spent, out.reserved = spend.counter(session, budget.id, start)
-        out.remaining = max(budget.limit - out.spent - out.reserved, Decimal(0))
+        out.remaining = max(budget.limit - out.spent, Decimal(0))
     return out
 
 
