@@ -4,6 +4,7 @@ in), and alerts claimed once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -132,3 +133,57 @@ def test_a_dead_gateways_holds_return_once_and_a_late_settlement_counts_only_its
             Decimal("0.1"),
             Decimal("0.2"),
         )
+
+
+def _lease(
+    budget: spend.Budget, start: datetime, holder: str, **fields: Decimal
+) -> spend.LeaseSync:
+    values = {"spent": Decimal(0), "want": Decimal(0), "floor": Decimal(0), **fields}
+    return spend.LeaseSync(
+        holder=holder,
+        budget_id=budget.id,
+        subject="",
+        period_start=start,
+        limit=budget.limit,
+        expires_at=start + timedelta(days=1),
+        **values,
+    )
+
+
+def test_leases_never_hold_more_than_the_limit_and_flush_exactly(empty_database_url: str) -> None:
+    factory, budget = _budget(empty_database_url, "1")
+    start, _ = budget.bounds(datetime(2026, 12, 1, 12, tzinfo=UTC))
+
+    def sync(lease: spend.LeaseSync) -> tuple[Decimal, Decimal]:
+        with transaction(factory) as session:
+            return spend.sync_lease(session, lease)
+
+    assert sync(_lease(budget, start, "lease:a", want=Decimal("0.6"))) == (Decimal("0.6"), 0)
+    # B asks for as much: it gets what is left, no more.
+    assert sync(_lease(budget, start, "lease:b", want=Decimal("0.6"))) == (Decimal("0.4"), 0)
+    # A spent 0.5 of its slice and wants 0.6 unspent again: B holds the rest, so A keeps
+    # the 0.1 it did not spend.
+    assert sync(_lease(budget, start, "lease:a", spent=Decimal("0.5"), want=Decimal("0.6"))) == (
+        Decimal("0.1"),
+        Decimal("0.5"),
+    )
+    # B goes idle: its slice returns, and A can grow into it.
+    assert sync(_lease(budget, start, "lease:b")) == (0, Decimal("0.5"))
+    assert sync(_lease(budget, start, "lease:a", want=Decimal("0.6"))) == (
+        Decimal("0.5"),
+        Decimal("0.5"),
+    )
+    with factory() as session:
+        assert spend.counter(session, budget.id, start) == (Decimal("0.5"), Decimal("0.5"))
+    # The limit lowered to 0.7: A gives back all it holds beyond, except what is in flight.
+    lower = _lease(budget, start, "lease:a", want=Decimal("0.6"), floor=Decimal("0.1"))
+    assert sync(replace(lower, limit=Decimal("0.7"))) == (Decimal("0.2"), Decimal("0.5"))
+    with factory() as session:
+        assert spend.counter(session, budget.id, start) == (Decimal("0.5"), Decimal("0.2"))
+    # Swept (its worker thought dead), A's lease is taken again from what is free.
+    with transaction(factory) as session:
+        assert spend.sweep(session, start + timedelta(days=2)) == 1
+    assert sync(_lease(budget, start, "lease:a", spent=Decimal("0.1"), want=Decimal("1"))) == (
+        Decimal("0.4"),
+        Decimal("0.6"),
+    )
