@@ -85,21 +85,25 @@ class Leases:
         self.token = secrets.token_hex(8)
         self.leases: dict[Key, Lease] = {}
 
-    def _lease(self, charge: spend.Charge) -> Lease:
+    def _lease(self, charge: spend.Charge) -> tuple[Lease, bool]:
+        """The charge's lease, and whether its limit was lowered since it was last used."""
         lease = self.leases.get(charge.key)
         if lease is None:
             lease = Lease(charge.budget_id, charge.period_start, charge.limit)
             self.leases[charge.key] = lease
+        lowered = charge.limit < lease.limit
         lease.limit = charge.limit
-        return lease
+        return lease, lowered
 
     async def take(self, charges: tuple[spend.Charge, ...]) -> spend.Charge | None:
         """Take every charge from its slice, or none; the first that cannot be covered."""
         taken: list[spend.Charge] = []
         for charge in sorted(charges, key=lambda c: c.key):
-            lease = self._lease(charge)
+            lease, lowered = self._lease(charge)
             lease.last_used = time.monotonic()
             lease.largest = max(lease.largest, charge.amount)
+            if lowered:  # what the slice holds may be past the new limit: resized first
+                await self.sync(charge.key, need=charge.amount, again=True)
             if not self._covers(lease, charge):
                 await self.sync(charge.key, need=charge.amount)
             if not self._covers(lease, charge):
@@ -134,12 +138,13 @@ class Leases:
                         charge.budget_id,
                     )
 
-    async def sync(self, key: Key, *, need: Decimal = ZERO) -> None:
-        """Flush one slice's spend and resize it (one at a time per slice)."""
+    async def sync(self, key: Key, *, need: Decimal = ZERO, again: bool = False) -> None:
+        """Flush one slice's spend and resize it (one at a time per slice); ``again``: a
+        sync already under way is not enough (it began before the limit was lowered)."""
         lease = self.leases[key]
         while lease.syncing is not None:
             await lease.syncing.wait()
-            if not need or lease.available >= need:
+            if not again and (not need or lease.available >= need):
                 return
         event = lease.syncing = asyncio.Event()
         now = time.monotonic()

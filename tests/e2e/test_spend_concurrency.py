@@ -28,7 +28,7 @@ from gateway.db.models import BudgetCounterRow, RequestRow
 from gateway.db.session import session_factory
 from tests.conftest import new_database
 from tests.factories import vllm
-from tests.support.processes import gateway_env, start_gateway, wait_recorded
+from tests.support.processes import gateway_env, kvgate, start_gateway, wait_recorded
 from tests.support.stack import SIM_MODEL, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
@@ -211,4 +211,89 @@ def test_requests_per_minute_hold_exactly_across_two_gateways(tmp_path: Path) ->
                 statuses = Counter(pool.map(one, range(30)))
             assert statuses == {200: 10, 429: 20}
         finally:
+            b.stop()
+
+
+def test_a_budget_set_or_deleted_applies_at_once_on_both_gateways(tmp_path: Path) -> None:
+    """The CLI returns once every gateway has the change: the next request on either
+    gateway is refused, then served again; a limit lowered to zero while both gateways
+    hold slices of it refuses at once too."""
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(tmp_path, url, tenants=("flip",)) as stack,
+    ):
+        stack.start_sims(1)
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, gateway_env(url, tmp_path / "journal-b"))
+        try:
+            clients = [
+                openai.OpenAI(base_url=g.url + "/v1", api_key=stack.key, max_retries=0)
+                for g in (a, b)
+            ]
+
+            def statuses() -> list[int]:
+                found = []
+                for api in clients:
+                    try:
+                        api.chat.completions.create(
+                            model=SIM_MODEL,
+                            messages=[{"role": "user", "content": "hi"}],
+                            max_tokens=4,
+                        )
+                        found.append(200)
+                    except openai.APIStatusError as exc:
+                        found.append(exc.status_code)
+                return found
+
+            # Traffic all along, so that both gateways hold slices of the budget throughout.
+            stop = threading.Event()
+
+            def busy() -> None:
+                while not stop.is_set():
+                    statuses()
+
+            threading.Thread(target=busy, daemon=True).start()
+            assert statuses() == [200, 200]
+            out = kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:flip",
+                "--limit",
+                "0",
+                "--period",
+                "day",
+                env=stack.env,
+            ).stdout
+            assert statuses() == [402, 402]
+            kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:flip",
+                "--limit",
+                "1",
+                "--period",
+                "day",
+                env=stack.env,
+            )
+            assert statuses() == [200, 200]
+            kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:flip",
+                "--limit",
+                "0",
+                "--period",
+                "day",
+                env=stack.env,
+            )
+            assert statuses() == [402, 402]  # lowered to zero: the slices held are no use
+            kvgate("budgets", "delete", out.split()[1].rstrip(":"), env=stack.env)
+            assert statuses() == [200, 200]
+        finally:
+            stop.set()
             b.stop()
