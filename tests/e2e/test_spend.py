@@ -36,6 +36,7 @@ ADMIN = "test-admin-token"
 SECRET = "spend-test-secret-0123456789"
 ASK = [{"role": "user", "content": "How much is left?"}]
 SLOW = "slow-llama"  # 20 tokens a second: a stream a client can leave
+CAPPED = "capped-llama"  # default_max_tokens: 5
 
 
 @pytest.fixture(scope="module", params=_backends())
@@ -48,7 +49,7 @@ def stack(
         running_stack(
             tmp,
             database_url,
-            tenants=("zero", "agent", "limited", "alerted", "leaver"),
+            tenants=("zero", "agent", "limited", "alerted", "leaver", "capped", "free"),
             KVGATE_ADMIN_TOKEN=ADMIN,
             KVGATE_SECRET=SECRET,
         ) as stack,
@@ -59,6 +60,13 @@ def stack(
             [
                 vllm(SIM_MODEL, [instant.url]),
                 vllm(SLOW, [slow.url], price_model=SIM_MODEL, upstream_model=SIM_MODEL),
+                vllm(
+                    CAPPED,
+                    [instant.url],
+                    price_model=SIM_MODEL,
+                    upstream_model=SIM_MODEL,
+                    default_max_tokens=5,
+                ),
             ]
         )
         stack.start_gateway()
@@ -312,3 +320,15 @@ def test_a_stream_left_midway_is_charged_what_its_record_says(stack: Stack) -> N
     assert mine["id"] == budget["id"]
     assert (Decimal(mine["spent"]), Decimal(mine["reserved"])) == (row.cost_total, 0)
     assert Decimal(mine["remaining"]) == Decimal(1) - row.cost_total
+
+
+def test_a_budgeted_request_without_max_tokens_is_capped_at_the_deployments_default(
+    stack: Stack,
+) -> None:
+    """Its reservation counted 5 output tokens, so 5 is what the replica was asked for;
+    without a budget the body goes as it came (the simulator's own default is 16)."""
+    admin(stack, "POST", "/v1/admin/budgets", scope="tenant:capped", limit="1", period="day")
+    for tenant, expected in (("capped", 5), ("free", 16)):
+        reply = stack.client(tenant).chat.completions.create(model=CAPPED, messages=ASK)
+        assert reply.usage.completion_tokens == expected
+        assert reply.choices[0].finish_reason == "length"
