@@ -65,7 +65,8 @@ class Serving:
             if ctx.call.stream:
                 attempt, stream = await self.failover(ctx, backend, plan, backend.open, admitted)
                 response: Response = EventStream(
-                    self.relay(ctx, backend, plan, attempt, stream, admitted)
+                    self.relay(ctx, backend, plan, attempt, stream, admitted),
+                    ended=lambda: self.settle_later(admitted),
                 )
             else:
                 attempt, answer = await self.failover(ctx, backend, plan, backend.send, admitted)
@@ -102,6 +103,11 @@ class Serving:
         """The request's holds turned into what its records cost."""
         if self.admission is not None:
             await self.admission.settle(admitted)
+
+    def settle_later(self, admitted: Admitted) -> None:
+        """``settle`` where it cannot be awaited (once settled, nothing more happens)."""
+        if self.admission is not None:
+            self.admission.settle_later(admitted)
 
     async def failover(
         self,
