@@ -15,6 +15,7 @@ client that leaves mid-stream gets a ``cancelled`` record with the tokens it had
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -75,7 +76,12 @@ class Serving:
                 await self.settle(admitted)
                 response = replies.json_reply(answer.body, answer.upstream_usage, record)
         except BaseException as error:
-            await self.settle(admitted)  # released: only what is on record is charged
+            # Released: only what is on record is charged (in a task if this one was
+            # cancelled, where awaiting is no longer safe).
+            if isinstance(error, asyncio.CancelledError):
+                self.settle_later(admitted)
+            else:
+                await self.settle(admitted)
             if isinstance(error, KvgateError):
                 error.headers.update(admitted.headers)
             raise

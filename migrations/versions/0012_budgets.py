@@ -102,10 +102,10 @@ def upgrade() -> None:
         sa.Column("tokens", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("limit_id", "window_start"),
     )
-    op.execute("INSERT INTO changes (kind, revision) VALUES ('budgets', 0), ('limits', 0)")
 
 
 def downgrade() -> None:
+    # The change kinds 'budgets' and 'limits' are made by their first change (bump).
     op.execute("DELETE FROM changes WHERE kind IN ('budgets', 'limits')")
     op.drop_table("rate_windows")
     op.drop_index(op.f("ix_rate_limits_tenant_id"), table_name="rate_limits")
