@@ -176,6 +176,13 @@ def main() -> None:
         metavar="DIR",
         help="also record py-spy flame graphs (SVG) of the gateway in the c=32 scenarios",
     )
+    parser.add_argument(
+        "--spend-control",
+        choices=("budget", "both"),
+        default=None,
+        help="a budget (never reached) on the benchmark tenant, admitted from the worker's "
+        "lease; both: a rate limit (never reached) too, counted in the database per request",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
@@ -195,6 +202,30 @@ def main() -> None:
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         key, _ = cli_tenant(env, "bench")
+        if args.spend_control:
+            kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:bench",
+                "--limit",
+                "1000000",
+                "--period",
+                "month",
+                env=env,
+            )
+        if args.spend_control == "both":
+            kvgate(
+                "limits",
+                "set",
+                "--scope",
+                "tenant:bench",
+                "--requests-per-minute",
+                "100000000",
+                "--tokens-per-minute",
+                "100000000000",
+                env=env,
+            )
         sim = start_sim(
             tmp,
             extra=(
@@ -274,6 +305,7 @@ def main() -> None:
         print(
             f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
             f" journal sync {args.journal_sync}"
+            + (f", spend control: {args.spend_control}" if args.spend_control else "")
         )
         print(
             f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "

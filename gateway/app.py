@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
@@ -21,17 +21,23 @@ from gateway import errors
 from gateway.accounting.journal import SyncMode
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.recorder import Recorder
-from gateway.api import admin, billing, health, inference, openapi
+from gateway.api import admin, billing, health, inference, openapi, spend_control
+from gateway.budgets import Budget, RateLimit
 from gateway.config import Settings
-from gateway.db.session import make_engine, session_factory
+from gateway.db import spend
+from gateway.db.session import DatabaseError, Session, SessionFactory, make_engine, session_factory
 from gateway.directory import Directory
 from gateway.metrics import Metrics
+from gateway.mirror import Mirror
 from gateway.routing.fleet import Fleet
 from gateway.routing.peers import TURN, PeerLink, peer_directory
+from gateway.serving.admission import Admission
+from gateway.serving.alerts import Alerts
 from gateway.serving.backend import Backend
 from gateway.serving.context import new_request_id
 from gateway.serving.fleets import fleet_configs, prompt_tokenizer
 from gateway.serving.hosted import build_hosted
+from gateway.serving.leases import FLUSH_S as LEASE_FLUSH_S
 from gateway.serving.path import Serving
 from gateway.serving.reconciler import Reconciler
 from gateway.serving.telemetry import Telemetry
@@ -94,6 +100,21 @@ async def _every(
             log.exception("background %s failed; will retry", name)
 
 
+T = TypeVar("T")
+
+
+def _loader(
+    sessions: SessionFactory, load: Callable[[Session], tuple[int, T]]
+) -> Callable[[], tuple[int, T]]:
+    """A mirror's load: ``load`` in a session of its own."""
+
+    def run() -> tuple[int, T]:
+        with sessions() as session:
+            return load(session)
+
+    return run
+
+
 def from_environment() -> FastAPI:
     """The app of one worker of ``kvgate serve --workers N``: settings from KVGATE_*."""
     settings = Settings()
@@ -125,7 +146,21 @@ def create_app(settings: Settings) -> FastAPI:
             key_refresh_s=settings.key_refresh_s,
             price_refresh_s=settings.price_refresh_s,
         )
+        # Budgets and rate limits: held like keys and prices, current at once everywhere.
+        budgets: Mirror[tuple[Budget, ...]] = Mirror(
+            "budgets", _loader(sessions, spend.load_budgets), ()
+        )
+        limits: Mirror[tuple[RateLimit, ...]] = Mirror(
+            "limits", _loader(sessions, spend.load_limits), ()
+        )
+        for mirror in (budgets, limits):
+            directory.feed.watch(mirror)
         await directory.start()
+        for mirror in (budgets, limits):
+            try:
+                await asyncio.to_thread(mirror.reload)
+            except DatabaseError as exc:
+                log.error("%s not loaded (%s): none enforced until they are", mirror.kind, exc)
         state.keys = keys = directory.keys
         state.metrics = metrics = Metrics(multiprocess_dir=settings.prometheus_multiproc_dir)
         state.recorder = recorder = Recorder(
@@ -172,7 +207,21 @@ def create_app(settings: Settings) -> FastAPI:
                 settings.otlp_endpoint, export_interval_ms=settings.otlp_export_interval_ms
             )
             telemetry.start()
-        state.serving = Serving(ledger=ledger, backends=backends, telemetry=telemetry)
+        state.alerts = alerts = Alerts(
+            sessions=sessions, http=state.http, secret=settings.secret, metrics=metrics
+        )
+        state.admission = admission = Admission(
+            sessions=sessions,
+            ledger=ledger,
+            budgets=budgets,
+            limits=limits,
+            metrics=metrics,
+            alerts=alerts,
+            hold_ttl_s=settings.budget_hold_ttl_s,
+        )
+        state.serving = Serving(
+            ledger=ledger, backends=backends, telemetry=telemetry, admission=admission
+        )
 
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)
@@ -216,6 +265,12 @@ def create_app(settings: Settings) -> FastAPI:
             asyncio.ensure_future(_every(settings.health_interval_s, check_replicas, "health")),
             asyncio.ensure_future(_every(settings.load_interval_s, read_loads, "load")),
         ]
+        tasks.append(
+            asyncio.ensure_future(
+                _every(settings.budget_hold_ttl_s / 3, admission.tick, "budget holds")
+            )
+        )
+        tasks.append(asyncio.ensure_future(_every(LEASE_FLUSH_S, admission.flush, "leases")))
         peers = None
         if settings.workers > 1:
             # The other workers of this gateway learn every routing change this one makes.
@@ -294,7 +349,9 @@ def create_app(settings: Settings) -> FastAPI:
                     await task
             for consumer in consumers:
                 await consumer.stop()
+            await admission.close()
             await directory.stop()
+            await alerts.stop()
             await recorder.stop()
             if telemetry is not None:  # the last spans exported (a thread: off the loop)
                 await asyncio.to_thread(telemetry.close)
@@ -311,4 +368,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(billing.router)
     app.include_router(admin.router)
+    app.include_router(spend_control.admin_router)
+    app.include_router(spend_control.billing_router)
     return app

@@ -1,6 +1,6 @@
 """The ``kvgate`` command line: serve, demo, sim, replay, cachetest, db, tenants, keys, prices,
 billing (tenants, keys and prices: cli_directory.py; breakers and tenants set-capture:
-cli_breakers.py; reconcile: cli_reconcile.py)."""
+cli_breakers.py; reconcile: cli_reconcile.py; budgets and limits: cli_budgets.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from gateway.cli_breakers import breakers
+from gateway.cli_budgets import budgets_app, limits_app
 from gateway.cli_directory import keys_app, prices_app, tenants_app
 from gateway.cli_reconcile import reconcile_app
 from gateway.cli_support import fail, sessions_for, settings
@@ -33,6 +34,8 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(prices_app, name="prices")
 app.add_typer(billing_app, name="billing")
 app.add_typer(reconcile_app, name="reconcile")
+app.add_typer(budgets_app, name="budgets")
+app.add_typer(limits_app, name="limits")
 app.command("breakers")(breakers)
 
 ConfigOption = Annotated[

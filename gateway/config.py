@@ -96,6 +96,9 @@ class Deployment(BaseModel):
     prediction_ttl_s: float = Field(default=5.0, gt=0)
     timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    # The output cap sent upstream, for a request under a budget that gave no max_tokens:
+    # what its reservation counts (gateway/serving/admission.py).
+    default_max_tokens: int = Field(default=4096, ge=1)
 
     @field_validator("tokenizer")
     @classmethod
@@ -171,6 +174,7 @@ class ProviderDeployment(ProviderTarget):
     name: str = Field(min_length=1)
     backend: Literal["litellm"]
     fallbacks: tuple[ProviderTarget, ...] = ()
+    default_max_tokens: int = Field(default=4096, ge=1)  # as for vLLM deployments
 
     @property
     def targets(self) -> tuple[ProviderTarget, ...]:
@@ -264,6 +268,9 @@ class Settings(BaseSettings):
     # Prefix breakers: interactions whose latest request each worker keeps, per deployment
     # (8 bytes per prompt block each: 4 KB for an 8,000-token prompt in 16-token blocks).
     break_lru_size: int = Field(default=4096, ge=1, le=10_000_000)
+    # Budgets: an admitted request's hold, renewed while it runs; one whose gateway died is
+    # returned to its budget this long after its last renewal.
+    budget_hold_ttl_s: float = Field(default=60.0, ge=1)
     # Reconciliation: how often each replica's counters are stored (replica_samples), and
     # the window over which the gateway compares them with its records (drift > 1 %: a
     # metric and a log line); samples older than replica_sample_days are deleted.

@@ -10,8 +10,11 @@
     ├── AuthenticationFailed         401 authentication_error / invalid_api_key
     ├── PermissionDenied             403 permission_error
     ├── NotFound                     404 not_found_error
+    ├── BudgetExceeded               402 insufficient_quota / budget_exceeded
+    ├── RateLimited                  429 rate_limit_error / rate_limit_exceeded
     ├── Unrecordable                 503 service_unavailable / recorder_unavailable
     ├── KeysUnavailable              503 service_unavailable / keys_unavailable
+    ├── SpendUnavailable             503 service_unavailable / budgets_unavailable
     └── UpstreamError                502 upstream_error
         └── UpstreamUnavailable      503 upstream_error / no_healthy_replica
 
@@ -110,6 +113,30 @@ class PermissionDenied(KvgateError):
 class NotFound(KvgateError):
     status = 404
     type = "not_found_error"
+
+
+class BudgetExceeded(KvgateError):
+    """A budget cannot cover the request's largest possible cost (gateway/budgets.py)."""
+
+    status = 402
+    type = "insufficient_quota"
+    code = "budget_exceeded"
+
+
+class RateLimited(KvgateError):
+    """A tenant's or key's requests or tokens per minute are used up."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class SpendUnavailable(KvgateError):
+    """Budgets or rate limits apply, and their shared counters cannot be reached."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "budgets_unavailable"
 
 
 class Unrecordable(KvgateError):

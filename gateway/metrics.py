@@ -64,6 +64,18 @@ class Metrics:
             registry=r,
         )
         self.client_disconnects.labels("body")  # shown from the start, at 0
+        self.spend_refusals = Counter(
+            "kvgate_spend_refusals",
+            "Requests refused at admission: budget (402) or rate_limit (429)",
+            ["reason"],
+            registry=r,
+        )
+        self.budget_alerts = Counter(
+            "kvgate_budget_alerts",
+            "Budget threshold alerts by how their webhook delivery ended",
+            ["status"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "kvgate_ttft_seconds",
             "Time to first token",

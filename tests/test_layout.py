@@ -28,9 +28,16 @@ LOWER = {
     "gateway.usage": set(),
     "gateway.routing": set(),
     "gateway.mirror": set(),
+    "gateway.budgets": {"gateway.errors"},
     "gateway.config": {"gateway.errors"},
     "gateway.auth": {"gateway.errors", "gateway.mirror"},
-    "gateway.db": {"pricing", "gateway.errors", "gateway.auth", "gateway.mirror"},
+    "gateway.db": {
+        "pricing",
+        "gateway.errors",
+        "gateway.auth",
+        "gateway.mirror",
+        "gateway.budgets",
+    },
     "gateway.directory": {
         "pricing",
         "gateway.auth",
@@ -46,6 +53,8 @@ LOWER = {
 }
 LOWER["gateway.serving"] = {
     "pricing",
+    "gateway.budgets",
+    "gateway.mirror",
     "gateway.accounting",
     "gateway.db",
     "gateway.auth",

@@ -18,6 +18,7 @@ class Status(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    REFUSED = "refused"  # turned away at admission (a budget or rate limit): no cost
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,10 +76,18 @@ def _prompt_chars(endpoint: Endpoint, body: dict[str, Any]) -> int:
     return sum(len(p) if isinstance(p, str) else 4 for p in prompt)
 
 
-def parse_call(endpoint: Endpoint, body: dict[str, Any], *, tags_header: str | None = None) -> Call:
+def parse_call(
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    *,
+    tags_header: str | None = None,
+    size: int = 0,
+) -> Call:
     """Check every member's JSON type; raise InvalidRequest with the member named.
 
-    ``tags_header`` is the request's X-Kvgate-Tags (gateway/api/attribution.py)."""
+    ``tags_header`` is the request's X-Kvgate-Tags (gateway/api/attribution.py); ``size``
+    the body's length in bytes as received (the bound budgets reserve against).
+    """
     check(SCHEMAS[endpoint], body)
     model: str = body["model"]
     if not model:
@@ -104,6 +112,7 @@ def parse_call(endpoint: Endpoint, body: dict[str, Any], *, tags_header: str | N
             else end_user_of(body.get("user"))
         ),
         tags=tags_of(tags_header, None if endpoint.anthropic else metadata),
+        body_bytes=size,
     )
 
 

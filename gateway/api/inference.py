@@ -100,8 +100,11 @@ async def parse(request: Request, endpoint: Endpoint) -> Call:
     The raw bytes go as soon as they are parsed: they are not held beside the body.
     """
     limit = request.app.state.settings.max_body_bytes
-    body = parse_body(await read_body(request, limit), limit)
-    return parse_call(endpoint, body, tags_header=request.headers.get("x-kvgate-tags"))
+    raw = await read_body(request, limit)
+    size = len(raw)
+    body = parse_body(raw, limit)
+    del raw
+    return parse_call(endpoint, body, tags_header=request.headers.get("x-kvgate-tags"), size=size)
 
 
 def look_up(deployments: Mapping[str, AnyDeployment], model: str) -> AnyDeployment:

@@ -377,3 +377,96 @@ class ReplicaSampleRow(Base):
     prefix_cache_hits: Mapped[int] = mapped_column(BigInteger)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     generation_tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+# -- spend control (added by 0012): budgets, rate limits, and their shared counters -------
+
+
+class BudgetRow(Base):
+    """A limit on what one scope may spend per period (gateway/budgets.py Budget)."""
+
+    __tablename__ = "budgets"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope_kind: Mapped[str] = mapped_column(String(16))
+    scope_value: Mapped[str] = mapped_column(String(300))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    key_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    limit: Mapped[Decimal] = mapped_column(Money())
+    period: Mapped[str] = mapped_column(String(8))
+    timezone: Mapped[str] = mapped_column(String(64), default="UTC")
+    alert_at: Mapped[str] = mapped_column(String(200))  # comma-separated shares of the limit
+    webhook: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class BudgetCounterRow(Base):
+    """One budget's spend in one period (and, for interaction budgets, one interaction):
+    settled spend and what admitted requests hold reserved, both charged in one UPDATE."""
+
+    __tablename__ = "budget_counters"
+
+    budget_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200), primary_key=True)  # '' or interaction
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    spent: Mapped[Decimal] = mapped_column(Money())
+    reserved: Mapped[Decimal] = mapped_column(Money())
+
+
+class BudgetHoldRow(Base):
+    """What one admitted request holds reserved on one counter, until it is settled; a
+    hold whose gateway died is swept after ``expires_at`` and its amount returned."""
+
+    __tablename__ = "budget_holds"
+    __table_args__ = (Index("ix_budget_holds_expires_at", "expires_at"),)
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    budget_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200))
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    amount: Mapped[Decimal] = mapped_column(Money())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class BudgetAlertRow(Base):
+    """One threshold crossed by one budget in one period: made once (its key), then
+    delivered to the webhook; ``status`` pending | delivered | failed | no_webhook."""
+
+    __tablename__ = "budget_alerts"
+
+    budget_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200), primary_key=True)
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    threshold: Mapped[str] = mapped_column(String(16), primary_key=True)
+    spent: Mapped[Decimal] = mapped_column(Money())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class RateLimitRow(Base):
+    """Requests and tokens per minute on a tenant or key (NULL: no cap on that one)."""
+
+    __tablename__ = "rate_limits"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope_kind: Mapped[str] = mapped_column(String(16))
+    scope_value: Mapped[str] = mapped_column(String(300))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    key_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    requests_per_minute: Mapped[int | None] = mapped_column(Integer, default=None)
+    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class RateWindowRow(Base):
+    """One rate limit's count in one UTC minute: requests admitted, tokens recorded."""
+
+    __tablename__ = "rate_windows"
+
+    limit_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    requests: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(BigInteger)

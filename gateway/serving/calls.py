@@ -64,6 +64,10 @@ class Call:
     # the tags (X-Kvgate-Tags or ``metadata``), as (key, value) pairs sorted by key.
     end_user: str | None = None
     tags: tuple[tuple[str, str], ...] = ()
+    # The body's size in bytes as received: a bound on its prompt's tokens (a byte-level
+    # tokenizer makes at most one token per byte; the JSON around the text covers a chat
+    # template's own tokens). 0 where unknown.
+    body_bytes: int = 0
 
 
 def forwardable(body: dict[str, Any]) -> bytes:

@@ -82,6 +82,11 @@ class Outcome:
         """An attempt that got no answer to bill."""
         return cls(status=Status.FAILED, usage=Usage.missing(), error=error)
 
+    @classmethod
+    def refused(cls, error: str) -> Outcome:
+        """A request turned away at admission (budget, rate limit): nothing to bill."""
+        return cls(status=Status.REFUSED, usage=Usage.missing(), error=error)
+
 
 @dataclass(frozen=True, slots=True)
 class Expectation:

@@ -15,6 +15,7 @@ client that leaves mid-stream gets a ``cancelled`` record with the tokens it had
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -23,7 +24,8 @@ from starlette.responses import Response
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record, Status
-from gateway.errors import KvgateError, UpstreamError
+from gateway.errors import BudgetExceeded, KvgateError, RateLimited, UpstreamError
+from gateway.serving.admission import FREE, Admission, Admitted
 from gateway.serving.backend import Backend, NoUpstream, UpstreamEvents
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.records import record_of
@@ -34,7 +36,12 @@ T = TypeVar("T")
 
 
 class Serving:
-    """Serves calls for every deployment through its backend; built once by the app."""
+    """Serves calls for every deployment through its backend; built once by the app.
+
+    Admission (budgets, rate limits) comes first: a refused request is a ``refused``
+    record at no cost; an admitted one's reservation is settled to its records' cost
+    before its answer (or a stream's last event) goes out, or when it fails.
+    """
 
     def __init__(
         self,
@@ -42,24 +49,74 @@ class Serving:
         ledger: Ledger,
         backends: Mapping[str, Backend],
         telemetry: Telemetry | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.ledger = ledger
+        self.admission = admission  # budgets and rate limits, when the app has them
         self.backends = dict(backends)  # deployment name -> its backend
         self.telemetry = telemetry  # OpenTelemetry spans, when configured
 
     async def serve(self, ctx: Context) -> Response:
         """Answer one call: the steps of the request path, each a named call."""
         backend = self.backends[ctx.deployment.name]
-        plan = await backend.plan(ctx)
-        if ctx.call.stream:
-            attempt, stream = await self.failover(ctx, backend, plan, backend.open)
-            return EventStream(self.relay(ctx, backend, plan, attempt, stream))
-        attempt, answer = await self.failover(ctx, backend, plan, backend.send)
-        if not ctx.call.endpoint.billed:  # counting tokens: nothing generated, nothing billed
-            return answer.reply(None)
-        expectation = backend.learn(plan, attempt, answer.outcome)
-        record = await self.keep(ctx, attempt, answer.outcome, expectation)
-        return answer.reply(record)
+        admitted = await self.admit(ctx)
+        try:
+            plan = await backend.plan(ctx)
+            if ctx.call.stream:
+                attempt, stream = await self.failover(ctx, backend, plan, backend.open, admitted)
+                response: Response = EventStream(
+                    self.relay(ctx, backend, plan, attempt, stream, admitted),
+                    ended=lambda: self.settle_later(admitted),
+                )
+            else:
+                attempt, answer = await self.failover(ctx, backend, plan, backend.send, admitted)
+                if not ctx.call.endpoint.billed:  # counting tokens: nothing generated, billed
+                    await self.settle(admitted)
+                    response = answer.reply(None)
+                else:
+                    expectation = backend.learn(plan, attempt, answer.outcome)
+                    record = await self.keep(ctx, attempt, answer.outcome, expectation, admitted)
+                    await self.settle(admitted)
+                    response = answer.reply(record)
+        except BaseException as error:
+            # Released: only what is on record is charged (in a task if this one was
+            # cancelled, where awaiting is no longer safe).
+            if isinstance(error, asyncio.CancelledError):
+                self.settle_later(admitted)
+            else:
+                await self.settle(admitted)
+            if isinstance(error, KvgateError):
+                error.headers.update(admitted.headers)
+            raise
+        response.headers.update(admitted.headers)
+        return response
+
+    async def admit(self, ctx: Context) -> Admitted:
+        """Budgets and rate limits (none configured: free); a refusal is on record."""
+        if self.admission is None:
+            return FREE
+        try:
+            return await self.admission.admit(ctx)
+        except (BudgetExceeded, RateLimited) as refusal:
+            attempt = Attempt(
+                request_id=ctx.request_id,
+                number=1,
+                upstream="",
+                bills_as=ctx.deployment.bills_as,
+                policy="",
+            )
+            await self.keep(ctx, attempt, Outcome.refused(refusal.message))
+            raise
+
+    async def settle(self, admitted: Admitted) -> None:
+        """The request's holds turned into what its records cost."""
+        if self.admission is not None:
+            await self.admission.settle(admitted)
+
+    def settle_later(self, admitted: Admitted) -> None:
+        """``settle`` where it cannot be awaited (once settled, nothing more happens)."""
+        if self.admission is not None:
+            self.admission.settle_later(admitted)
 
     async def failover(
         self,
@@ -67,6 +124,7 @@ class Serving:
         backend: Backend,
         plan: Any,
         call: Callable[[Context, Any, Attempt], Awaitable[T]],
+        admitted: Admitted = FREE,
     ) -> tuple[Attempt, T]:
         """Attempts until one answers; every failed one is on record.
 
@@ -79,13 +137,15 @@ class Serving:
                 attempt = backend.start(ctx, plan, number)
             except NoUpstream as none:
                 # Nothing could take it (all replicas down): a failed attempt all the same.
-                await self.keep(ctx, none.attempt, Outcome.failed(none.error.message))
+                await self.keep(
+                    ctx, none.attempt, Outcome.failed(none.error.message), admitted=admitted
+                )
                 raise none.error from None
             try:
                 result = await call(ctx, plan, attempt)
             except KvgateError as error:
                 backend.release(attempt)
-                await self.keep(ctx, attempt, Outcome.failed(error.message))
+                await self.keep(ctx, attempt, Outcome.failed(error.message), admitted=admitted)
                 if not error.retryable:
                     raise
                 if not backend.can_retry(plan, attempt):
@@ -102,6 +162,7 @@ class Serving:
         plan: Any,
         attempt: Attempt,
         stream: UpstreamEvents,
+        admitted: Admitted = FREE,
     ) -> AsyncGenerator[bytes, None]:
         """Pass a stream through; record it; then its usage chunk and ``[DONE]``."""
         error: UpstreamError | None = None
@@ -122,6 +183,9 @@ class Serving:
             expectation = backend.learn(plan, attempt, outcome)
             record = record_of(self.ledger, ctx, attempt, outcome, expectation)
             self.ledger.keep_later(record)
+            admitted.add(record)
+            if self.admission is not None:
+                self.admission.settle_later(admitted)
             self.traced(ctx, attempt, record)
             raise
         finally:
@@ -129,7 +193,8 @@ class Serving:
             backend.release(attempt)
         outcome = stream.outcome(ended=error is None, error=error.message if error else None)
         expectation = backend.learn(plan, attempt, outcome)
-        record = await self.keep(ctx, attempt, outcome, expectation)
+        record = await self.keep(ctx, attempt, outcome, expectation, admitted)
+        await self.settle(admitted)
         if error is not None:
             yield stream.error_event(error)
             return
@@ -141,10 +206,14 @@ class Serving:
         attempt: Attempt,
         outcome: Outcome,
         expectation: Expectation = NO_EXPECTATION,
+        admitted: Admitted = FREE,
     ) -> Record:
-        """Price and keep the attempt's record (durable before the answer's last byte)."""
+        """Price and keep the attempt's record (durable before the answer's last byte);
+        its cost counts against the request's budgets."""
         record = record_of(self.ledger, ctx, attempt, outcome, expectation)
         await self.ledger.keep(record)
+        if admitted.holds:
+            admitted.add(record)
         self.traced(ctx, attempt, record)
         return record
 

@@ -14,7 +14,7 @@ abandoned stream would run to its end upstream, at the deployment's expense.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -26,9 +26,16 @@ class EventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(
-        self, body: AsyncGenerator[bytes, None], headers: Mapping[str, str] | None = None
+        self,
+        body: AsyncGenerator[bytes, None],
+        headers: Mapping[str, str] | None = None,
+        *,
+        ended: Callable[[], None] | None = None,
     ) -> None:
         self.body_iterator = body
+        # Called once the response is over, however it ended: a body never started (the
+        # client left first) runs none of its own cleanup.
+        self.ended = ended
         self.status_code = 200
         self.background = None
         self.init_headers({**SSE_HEADERS, **(headers or {})})
@@ -60,3 +67,5 @@ class EventStream(Response):
             await self.body_iterator.aclose()
         finally:
             watcher.cancel()
+            if self.ended is not None:
+                self.ended()

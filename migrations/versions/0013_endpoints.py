@@ -6,7 +6,7 @@
   (kvgate did not keep it; chat and completions both were served then).
 
 Revision ID: 0013_endpoints
-Revises: 0011_attribution
+Revises: 0012_budgets
 Create Date: 2026-12-01
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013_endpoints"
-down_revision: str | None = "0011_attribution"
+down_revision: str | None = "0012_budgets"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -44,6 +44,13 @@ OPERATIONS = [
     ("POST", "/v1/admin/keys"),
     ("GET", "/v1/admin/keys"),
     ("DELETE", "/v1/admin/keys/{key_id}"),
+    ("GET", "/v1/billing/budgets"),
+    ("POST", "/v1/admin/budgets"),
+    ("GET", "/v1/admin/budgets"),
+    ("DELETE", "/v1/admin/budgets/{budget_id}"),
+    ("POST", "/v1/admin/limits"),
+    ("GET", "/v1/admin/limits"),
+    ("DELETE", "/v1/admin/limits/{limit_id}"),
     ("GET", "/healthz"),
 ]
 # Operations whose generated (random) tenant names or key ids never exist: 404s, not 200s.
@@ -52,6 +59,10 @@ NAMED = {
     ("GET", "/v1/admin/statement"),
     ("POST", "/v1/admin/keys"),
     ("DELETE", "/v1/admin/keys/{key_id}"),
+    ("POST", "/v1/admin/budgets"),
+    ("DELETE", "/v1/admin/budgets/{budget_id}"),
+    ("POST", "/v1/admin/limits"),
+    ("DELETE", "/v1/admin/limits/{limit_id}"),
 }
 CHECKS = [
     not_a_server_error,

@@ -1,0 +1,584 @@
+"""Budgets and rate limits in the database: their rows, and the counters every gateway
+process shares.
+
+Exact under concurrency by construction: a reservation is one conditional UPDATE per
+counter (``spent + reserved + amount <= limit``), which Postgres re-evaluates on the row
+after taking its lock (and SQLite runs under its one writer), so two processes can never
+both take the last of a budget. Counters of one request are charged in a fixed order (no
+deadlock between two requests charging the same budgets).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import and_, delete, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from gateway.budgets import (
+    FOREVER,
+    Budget,
+    Period,
+    RateLimit,
+    Scope,
+    ScopeKind,
+    parse_alerts,
+    parse_webhook,
+    parse_zone,
+)
+from gateway.db import changes
+from gateway.db.models import (
+    ApiKeyRow,
+    BudgetAlertRow,
+    BudgetCounterRow,
+    BudgetHoldRow,
+    BudgetRow,
+    Money,
+    RateLimitRow,
+    RateWindowRow,
+    TenantRow,
+)
+from gateway.errors import InvalidRequest, NotFound
+
+BUDGETS = "budgets"
+LIMITS = "limits"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _owner(session: Session, scope: Scope) -> tuple[str, str | None]:
+    """The tenant id (and key id, for key scopes) a scope names; 404 if none."""
+    if scope.kind is ScopeKind.KEY:
+        key = session.get(ApiKeyRow, scope.value)
+        if key is None:
+            raise NotFound(f"no API key with id {scope.value!r}")
+        return key.tenant_id, key.id
+    name = scope.tenant_name or ""
+    tenant = session.scalar(select(TenantRow).where(TenantRow.name == name))
+    if tenant is None:
+        raise NotFound(f"no tenant named {name!r}")
+    return tenant.id, None
+
+
+def _insert(session: Session, table: Any) -> Any:
+    dialect = session.get_bind().dialect.name
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
+
+
+# -- budgets ------------------------------------------------------------------------------
+
+
+def budget_of(row: BudgetRow) -> Budget:
+    return Budget(
+        id=row.id,
+        scope=Scope(ScopeKind(row.scope_kind), row.scope_value),
+        tenant_id=row.tenant_id,
+        key_id=row.key_id,
+        limit=row.limit,
+        period=Period(row.period),
+        timezone=row.timezone,
+        alert_at=parse_alerts(row.alert_at) if row.alert_at else (),
+        webhook=row.webhook,
+    )
+
+
+def set_budget(
+    session: Session,
+    *,
+    scope: Scope,
+    limit: Decimal,
+    period: Period,
+    timezone: str = "UTC",
+    alert_at: tuple[Decimal, ...],
+    webhook: str | None = None,
+) -> Budget:
+    """Create the budget of ``scope`` and ``period``, or change it if there is one."""
+    parse_zone(timezone)
+    webhook = parse_webhook(webhook)
+    if len(alert_at) > 20:
+        raise InvalidRequest("at most 20 alert thresholds", param="alert_at")
+    tenant_id, key_id = _owner(session, scope)
+    row = session.scalar(
+        select(BudgetRow).where(
+            BudgetRow.scope_kind == str(scope.kind),
+            BudgetRow.scope_value == scope.value,
+            BudgetRow.period == str(period),
+        )
+    )
+    if row is None:
+        row = BudgetRow(
+            id="bud_" + secrets.token_hex(8),
+            scope_kind=str(scope.kind),
+            scope_value=scope.value,
+            tenant_id=tenant_id,
+            key_id=key_id,
+            period=str(period),
+            created_at=_now(),
+        )
+        session.add(row)
+    row.limit, row.timezone, row.webhook = limit, timezone, webhook
+    row.alert_at = ",".join(str(t) for t in alert_at)
+    session.flush()
+    changes.bump(session, BUDGETS)
+    return budget_of(row)
+
+
+def list_budgets(session: Session, *, tenant_id: str | None = None) -> list[Budget]:
+    """Every budget (or one tenant's), oldest first."""
+    query = select(BudgetRow).order_by(BudgetRow.created_at, BudgetRow.id)
+    if tenant_id is not None:
+        query = query.where(BudgetRow.tenant_id == tenant_id)
+    return [budget_of(row) for row in session.scalars(query)]
+
+
+def delete_budget(session: Session, *, budget_id: str) -> Budget:
+    """Remove a budget and its counters; 404 if there is none."""
+    row = session.get(BudgetRow, budget_id)
+    if row is None:
+        raise NotFound(f"no budget with id {budget_id!r}")
+    budget = budget_of(row)
+    session.execute(delete(BudgetCounterRow).where(BudgetCounterRow.budget_id == budget_id))
+    session.execute(delete(BudgetHoldRow).where(BudgetHoldRow.budget_id == budget_id))
+    session.delete(row)
+    changes.bump(session, BUDGETS)
+    return budget
+
+
+def load_budgets(session: Session) -> tuple[int, tuple[Budget, ...]]:
+    """The budgets' revision, and every budget (read after it: at least that new)."""
+    return changes.revision(session, BUDGETS), tuple(list_budgets(session))
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """An amount charged to one budget counter: a budget, its subject ('' or an
+    interaction id) and the start of its period."""
+
+    budget_id: str
+    subject: str
+    period_start: datetime
+    limit: Decimal
+    amount: Decimal
+
+    @property
+    def key(self) -> tuple[str, str, datetime]:
+        return (self.budget_id, self.subject, self.period_start)
+
+
+def _counter(charge: Charge) -> Any:
+    return and_(
+        BudgetCounterRow.budget_id == charge.budget_id,
+        BudgetCounterRow.subject == charge.subject,
+        BudgetCounterRow.period_start == charge.period_start,
+    )
+
+
+def reserve(
+    session: Session,
+    charges: Sequence[Charge],
+    *,
+    holder: str = "",
+    expires_at: datetime | None = None,
+) -> Charge | None:
+    """Reserve every charge, or none: the first that does not fit is returned (the caller
+    rolls the transaction back). A charge fits while what is spent and reserved stays
+    within the limit; a budget spent or reserved up to its limit (a zero one) takes none.
+    With a ``holder`` (the request id), each reservation is a hold, swept at ``expires_at``
+    if it is never settled.
+    """
+    ordered = sorted(charges, key=lambda c: c.key)
+    if ordered:
+        rows = [
+            {"budget_id": c.budget_id, "subject": c.subject, "period_start": c.period_start}
+            for c in ordered
+        ]
+        new = [{**r, "spent": Decimal(0), "reserved": Decimal(0)} for r in rows]
+        session.execute(_insert(session, BudgetCounterRow).on_conflict_do_nothing(), new)
+    for charge in ordered:
+        amount = literal(charge.amount, Money())
+        limit = literal(charge.limit, Money())
+        held = BudgetCounterRow.spent + BudgetCounterRow.reserved
+        taken = session.execute(
+            update(BudgetCounterRow)
+            .where(_counter(charge), held + amount <= limit, held < limit)
+            .values(reserved=BudgetCounterRow.reserved + amount)
+            .returning(BudgetCounterRow.budget_id)
+        ).first()
+        if taken is None:
+            return charge
+    if holder and ordered:
+        holds = [
+            {
+                "request_id": holder,
+                "budget_id": c.budget_id,
+                "subject": c.subject,
+                "period_start": c.period_start,
+                "amount": c.amount,
+                "expires_at": expires_at or FOREVER,
+            }
+            for c in ordered
+        ]
+        session.execute(_insert(session, BudgetHoldRow), holds)
+    return None
+
+
+def settle(
+    session: Session, charges: Sequence[Charge], cost: Decimal, *, holder: str = ""
+) -> list[tuple[Charge, Decimal]]:
+    """Turn each reservation into the recorded ``cost``; each counter's spend after. A
+    hold already swept (its gateway was thought gone) returned its amount then."""
+    after: list[tuple[Charge, Decimal]] = []
+    for charge in sorted(charges, key=lambda c: c.key):
+        held = charge.amount
+        if holder:
+            released = session.scalar(
+                delete(BudgetHoldRow)
+                .where(
+                    BudgetHoldRow.request_id == holder, BudgetHoldRow.budget_id == charge.budget_id
+                )
+                .returning(BudgetHoldRow.amount)
+            )
+            held = released if released is not None else Decimal(0)
+        spent = session.scalar(
+            update(BudgetCounterRow)
+            .where(_counter(charge))
+            .values(
+                spent=BudgetCounterRow.spent + literal(cost, Money()),
+                reserved=BudgetCounterRow.reserved - literal(held, Money()),
+            )
+            .returning(BudgetCounterRow.spent)
+        )
+        if spent is not None:  # None: the budget was deleted meanwhile
+            after.append((charge, spent))
+    return after
+
+
+def renew(session: Session, holders: Sequence[str], expires_at: datetime) -> None:
+    """Keep the holds of requests still running (``holders``) until ``expires_at``."""
+    for start in range(0, len(holders), 1000):
+        chunk = list(holders[start : start + 1000])
+        session.execute(
+            update(BudgetHoldRow)
+            .where(BudgetHoldRow.request_id.in_(chunk))
+            .values(expires_at=expires_at)
+        )
+
+
+def sweep(session: Session, now: datetime) -> int:
+    """Return the amounts of holds expired by ``now`` (their gateway died); how many.
+    Each hold is deleted by one sweeper only, so each amount is returned once."""
+    expired = session.execute(
+        delete(BudgetHoldRow)
+        .where(BudgetHoldRow.expires_at < now)
+        .returning(
+            BudgetHoldRow.budget_id,
+            BudgetHoldRow.subject,
+            BudgetHoldRow.period_start,
+            BudgetHoldRow.amount,
+        )
+    ).all()
+    for budget_id, subject, period_start, amount in sorted(expired, key=lambda r: tuple(r)[:3]):
+        session.execute(
+            update(BudgetCounterRow)
+            .where(
+                BudgetCounterRow.budget_id == budget_id,
+                BudgetCounterRow.subject == subject,
+                BudgetCounterRow.period_start == period_start,
+            )
+            .values(reserved=BudgetCounterRow.reserved - literal(amount, Money()))
+        )
+    return len(expired)
+
+
+def counter(
+    session: Session, budget_id: str, period_start: datetime, subject: str = ""
+) -> tuple[Decimal, Decimal]:
+    """A counter's (spent, reserved); zeros before its first charge."""
+    row = session.get(BudgetCounterRow, (budget_id, subject, period_start))
+    return (row.spent, row.reserved) if row is not None else (Decimal(0), Decimal(0))
+
+
+# -- alerts -------------------------------------------------------------------------------
+
+
+def claim_alert(
+    session: Session, charge: Charge, threshold: Decimal, spent: Decimal, status: str
+) -> bool:
+    """Claim the alert of one threshold in one period: True for the one caller that made
+    it (whichever process), False for every other."""
+    made = session.execute(
+        _insert(session, BudgetAlertRow)
+        .values(
+            budget_id=charge.budget_id,
+            subject=charge.subject,
+            period_start=charge.period_start,
+            threshold=str(threshold),
+            spent=spent,
+            created_at=_now(),
+            status=status,
+            attempts=0,
+        )
+        .on_conflict_do_nothing()
+        .returning(BudgetAlertRow.budget_id)
+    ).first()
+    return made is not None
+
+
+def mark_alert(
+    session: Session,
+    charge: Charge,
+    threshold: Decimal,
+    *,
+    status: str,
+    attempts: int,
+    error: str | None = None,
+) -> None:
+    """Record how delivering an alert went."""
+    session.execute(
+        update(BudgetAlertRow)
+        .where(
+            BudgetAlertRow.budget_id == charge.budget_id,
+            BudgetAlertRow.subject == charge.subject,
+            BudgetAlertRow.period_start == charge.period_start,
+            BudgetAlertRow.threshold == str(threshold),
+        )
+        .values(
+            status=status,
+            attempts=attempts,
+            last_error=error,
+            delivered_at=_now() if status == "delivered" else None,
+        )
+    )
+
+
+def alerts(session: Session, *, budget_id: str) -> list[BudgetAlertRow]:
+    """A budget's alerts, by period and threshold."""
+    query = (
+        select(BudgetAlertRow)
+        .where(BudgetAlertRow.budget_id == budget_id)
+        .order_by(BudgetAlertRow.period_start, BudgetAlertRow.threshold)
+    )
+    return list(session.scalars(query))
+
+
+# -- rate limits --------------------------------------------------------------------------
+
+
+def limit_of(row: RateLimitRow) -> RateLimit:
+    return RateLimit(
+        id=row.id,
+        scope=Scope(ScopeKind(row.scope_kind), row.scope_value),
+        tenant_id=row.tenant_id,
+        key_id=row.key_id,
+        requests_per_minute=row.requests_per_minute,
+        tokens_per_minute=row.tokens_per_minute,
+    )
+
+
+def set_limit(
+    session: Session,
+    *,
+    scope: Scope,
+    requests_per_minute: int | None,
+    tokens_per_minute: int | None,
+) -> RateLimit:
+    """Create or change the rate limit of a tenant or key."""
+    if requests_per_minute is None and tokens_per_minute is None:
+        raise InvalidRequest("give --requests-per-minute, --tokens-per-minute or both")
+    for value, most in ((requests_per_minute, 10**9), (tokens_per_minute, 10**15)):
+        if value is not None and not 0 <= value <= most:
+            raise InvalidRequest(f"rate limits are from 0 to {most}")
+    tenant_id, key_id = _owner(session, scope)
+    row = session.scalar(
+        select(RateLimitRow).where(
+            RateLimitRow.scope_kind == str(scope.kind), RateLimitRow.scope_value == scope.value
+        )
+    )
+    if row is None:
+        row = RateLimitRow(
+            id="rl_" + secrets.token_hex(8),
+            scope_kind=str(scope.kind),
+            scope_value=scope.value,
+            tenant_id=tenant_id,
+            key_id=key_id,
+            created_at=_now(),
+        )
+        session.add(row)
+    row.requests_per_minute, row.tokens_per_minute = requests_per_minute, tokens_per_minute
+    session.flush()
+    changes.bump(session, LIMITS)
+    return limit_of(row)
+
+
+def list_limits(session: Session) -> list[RateLimit]:
+    query = select(RateLimitRow).order_by(RateLimitRow.created_at, RateLimitRow.id)
+    return [limit_of(row) for row in session.scalars(query)]
+
+
+def delete_limit(session: Session, *, limit_id: str) -> RateLimit:
+    row = session.get(RateLimitRow, limit_id)
+    if row is None:
+        raise NotFound(f"no rate limit with id {limit_id!r}")
+    limit = limit_of(row)
+    session.execute(delete(RateWindowRow).where(RateWindowRow.limit_id == limit_id))
+    session.delete(row)
+    changes.bump(session, LIMITS)
+    return limit
+
+
+def load_limits(session: Session) -> tuple[int, tuple[RateLimit, ...]]:
+    return changes.revision(session, LIMITS), tuple(list_limits(session))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One limit's count in the current minute, after an admission (or its refusal)."""
+
+    limit: RateLimit
+    requests: int
+    tokens: int
+    admitted: bool
+
+
+def count_request(session: Session, limits: Sequence[RateLimit], start: datetime) -> list[Window]:
+    """Count one request against each limit's minute starting at ``start``, if it fits
+    every one (a request fits while requests stay within the cap and the tokens recorded
+    are below theirs); otherwise count it nowhere. Each limit's window, either way."""
+    ordered = sorted(limits, key=lambda r: r.id)
+    if not ordered:
+        return []
+    rows = [{"limit_id": r.id, "window_start": start, "requests": 0, "tokens": 0} for r in ordered]
+    session.execute(_insert(session, RateWindowRow).on_conflict_do_nothing(), rows)
+    windows: list[Window] = []
+    refused = False
+    for limit in ordered:
+        where = [RateWindowRow.limit_id == limit.id, RateWindowRow.window_start == start]
+        if not refused:
+            fits = []
+            if limit.requests_per_minute is not None:
+                fits.append(RateWindowRow.requests + 1 <= limit.requests_per_minute)
+            if limit.tokens_per_minute is not None:
+                fits.append(RateWindowRow.tokens < limit.tokens_per_minute)
+            got = session.execute(
+                update(RateWindowRow)
+                .where(*where, *fits)
+                .values(requests=RateWindowRow.requests + 1)
+                .returning(RateWindowRow.requests, RateWindowRow.tokens)
+            ).first()
+            if got is not None:
+                windows.append(Window(limit, int(got[0]), int(got[1]), True))
+                continue
+            refused = True
+        row = session.execute(
+            select(RateWindowRow.requests, RateWindowRow.tokens).where(*where)
+        ).one()
+        windows.append(Window(limit, int(row[0]), int(row[1]), False))
+    return windows
+
+
+def count_tokens(session: Session, limit_ids: Sequence[str], start: datetime, tokens: int) -> None:
+    """Add a recorded request's tokens to its minute of each limit."""
+    if tokens <= 0:
+        return
+    for limit_id in sorted(limit_ids):
+        session.execute(
+            update(RateWindowRow)
+            .where(RateWindowRow.limit_id == limit_id, RateWindowRow.window_start == start)
+            .values(tokens=RateWindowRow.tokens + tokens)
+        )
+
+
+# -- leases -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSync:
+    """What one worker's lease on one counter should become: flush ``spent`` (settled
+    here since the last sync) into the counter, then hold ``want`` unspent (at least what
+    is in flight, ``floor``) if the limit allows."""
+
+    holder: str
+    budget_id: str
+    subject: str
+    period_start: datetime
+    limit: Decimal
+    spent: Decimal
+    want: Decimal
+    floor: Decimal
+    expires_at: datetime
+
+
+def sync_lease(session: Session, lease: LeaseSync) -> tuple[Decimal, Decimal]:
+    """Flush a lease's spend and resize it, exactly; (what the worker holds now, unspent;
+    the counter's spend after the flush).
+
+    The counter's row is locked by the flush's UPDATE (Postgres; SQLite's one writer), so
+    the room computed from it is the room there is: the spend and every worker's holds
+    together never pass the limit. A lease swept meanwhile (its worker was thought dead)
+    is taken again from what is free; a limit lowered below what is held takes back all
+    that is not in flight.
+    """
+    key = (
+        BudgetCounterRow.budget_id == lease.budget_id,
+        BudgetCounterRow.subject == lease.subject,
+        BudgetCounterRow.period_start == lease.period_start,
+    )
+    new = {
+        "budget_id": lease.budget_id,
+        "subject": lease.subject,
+        "period_start": lease.period_start,
+        "spent": Decimal(0),
+        "reserved": Decimal(0),
+    }
+    session.execute(_insert(session, BudgetCounterRow).on_conflict_do_nothing(), [new])
+    hold_key = (
+        BudgetHoldRow.request_id == lease.holder,
+        BudgetHoldRow.budget_id == lease.budget_id,
+    )
+    before = session.scalar(select(BudgetHoldRow.amount).where(*hold_key))
+    held = before if before is not None else Decimal(0)
+    flushed = min(lease.spent, held)
+    spent, reserved = session.execute(
+        update(BudgetCounterRow)
+        .where(*key)
+        .values(
+            spent=BudgetCounterRow.spent + literal(lease.spent, Money()),
+            reserved=BudgetCounterRow.reserved - literal(flushed, Money()),
+        )
+        .returning(BudgetCounterRow.spent, BudgetCounterRow.reserved)
+    ).one()
+    held -= flushed
+    room = lease.limit - spent - reserved  # free for anyone; negative: the limit was lowered
+    target = max(lease.want, lease.floor)
+    change = min(target - held, max(room, Decimal(0))) if target > held else target - held
+    if room < 0:
+        change = min(change, max(room, lease.floor - held))
+    if change:
+        session.execute(
+            update(BudgetCounterRow)
+            .where(*key)
+            .values(reserved=BudgetCounterRow.reserved + literal(change, Money()))
+        )
+        held += change
+    if before is not None:
+        session.execute(delete(BudgetHoldRow).where(*hold_key))
+    if held > 0:
+        session.execute(
+            _insert(session, BudgetHoldRow).values(
+                request_id=lease.holder,
+                budget_id=lease.budget_id,
+                subject=lease.subject,
+                period_start=lease.period_start,
+                amount=held,
+                expires_at=lease.expires_at,
+            )
+        )
+    return held, spent

@@ -1,0 +1,224 @@
+"""Budget leases: each worker holds a slice of a budget and admits from it in memory.
+
+    counter (database)   spent + reserved <= limit, reserved = every worker's slices
+    lease (this worker)  held (its slice) >= used (in flight) + spent (settled, unflushed)
+
+Admission takes a request's largest cost from the worker's slice, with no database round
+trip; settlement moves it from ``used`` to what it cost. Every ``FLUSH_S`` the worker
+flushes what it spent into the counter and tops its slice up (or, idle for ``IDLE_S``,
+gives it back), off the request path, in one transaction whose room is computed under the
+counter's row lock (``gateway/db/spend.py`` ``sync_lease``). A request its slice cannot
+cover waits for one such sync; if the budget has no room left for it, it is refused.
+
+The bound: what is reserved but unused is at most the workers' slices, each at most
+``max(SHARE x limit, SLICE_REQUESTS x the largest request seen)``; a request can be
+refused while other workers still hold that much; settled spend never exceeds the limit.
+A worker that dies leaves its slice to be swept after the hold TTL (and the spend it had
+not flushed, at most ``FLUSH_S`` of it, is missing from the counter, not from the records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from gateway.db import spend
+from gateway.db.session import DatabaseError, SessionFactory
+
+log = logging.getLogger("kvgate.leases")
+SHARE = Decimal("0.05")  # a slice is at most this share of the limit...
+SLICE_REQUESTS = 8  # ...or room for this many of the largest request seen, if more
+FLUSH_S = 0.1
+IDLE_S = 1.0  # a slice unused this long goes back to the budget
+ZERO = Decimal(0)
+
+Key = tuple[str, str, datetime]
+
+
+@dataclass(slots=True)
+class Lease:
+    """This worker's slice of one budget counter."""
+
+    budget_id: str
+    period_start: datetime
+    limit: Decimal
+    held: Decimal = ZERO
+    used: Decimal = ZERO
+    spent: Decimal = ZERO
+    largest: Decimal = ZERO
+    last_used: float = field(default_factory=time.monotonic)
+    synced_at: float = 0.0  # when its hold's expiry was last renewed
+    syncing: asyncio.Event | None = None
+
+    @property
+    def available(self) -> Decimal:
+        return self.held - self.used - self.spent
+
+    def want(self, now: float) -> Decimal:
+        """The slice to hold: none once idle."""
+        if now - self.last_used > IDLE_S:
+            return ZERO
+        return max(self.limit * SHARE, self.largest * SLICE_REQUESTS)
+
+
+class Leases:
+    """The slices one worker holds, and their syncs."""
+
+    def __init__(
+        self,
+        *,
+        sessions: SessionFactory,
+        hold_ttl: timedelta,
+        clock: Callable[[], datetime],
+        crossed: Callable[[spend.Charge, Decimal, Decimal], None] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.hold_ttl = hold_ttl
+        self.clock = clock
+        self.crossed = crossed  # (charge, spent before, spent after): alerts
+        self.token = secrets.token_hex(8)
+        self.leases: dict[Key, Lease] = {}
+
+    def _lease(self, charge: spend.Charge) -> tuple[Lease, bool]:
+        """The charge's lease, and whether its limit was lowered since it was last used."""
+        lease = self.leases.get(charge.key)
+        if lease is None:
+            lease = Lease(charge.budget_id, charge.period_start, charge.limit)
+            self.leases[charge.key] = lease
+        lowered = charge.limit < lease.limit
+        lease.limit = charge.limit
+        return lease, lowered
+
+    async def take(self, charges: tuple[spend.Charge, ...]) -> spend.Charge | None:
+        """Take every charge from its slice, or none; the first that cannot be covered."""
+        taken: list[spend.Charge] = []
+        for charge in sorted(charges, key=lambda c: c.key):
+            lease, lowered = self._lease(charge)
+            lease.last_used = time.monotonic()
+            lease.largest = max(lease.largest, charge.amount)
+            if lowered:  # what the slice holds may be past the new limit: resized first
+                await self.sync(charge.key, need=charge.amount, again=True)
+            if not self._covers(lease, charge):
+                await self.sync(charge.key, need=charge.amount)
+            if not self._covers(lease, charge):
+                self.give_back(tuple(taken))
+                return charge
+            lease.used += charge.amount
+            taken.append(charge)
+        return None
+
+    @staticmethod
+    def _covers(lease: Lease, charge: spend.Charge) -> bool:
+        # A slice with nothing left covers nothing, not even a free request (a zero budget).
+        return lease.available >= charge.amount and lease.available > 0
+
+    def give_back(self, charges: tuple[spend.Charge, ...]) -> None:
+        """Return reservations that were not used (another check refused the request)."""
+        for charge in charges:
+            self.leases[charge.key].used -= charge.amount
+
+    def settle(self, charges: tuple[spend.Charge, ...], cost: Decimal) -> None:
+        """The request's reservations become what it cost (flushed by the next sync)."""
+        for charge in charges:
+            lease = self.leases.get(charge.key)
+            if lease is not None:
+                lease.used -= charge.amount
+                lease.spent += cost
+                if cost > charge.amount:
+                    log.warning(
+                        "a request cost %s, above the %s reserved for it on budget %s",
+                        cost,
+                        charge.amount,
+                        charge.budget_id,
+                    )
+
+    async def sync(self, key: Key, *, need: Decimal = ZERO, again: bool = False) -> None:
+        """Flush one slice's spend and resize it (one at a time per slice); ``again``: a
+        sync already under way is not enough (it began before the limit was lowered)."""
+        lease = self.leases[key]
+        while lease.syncing is not None:
+            await lease.syncing.wait()
+            if not again and (not need or lease.available >= need):
+                return
+        event = lease.syncing = asyncio.Event()
+        now = time.monotonic()
+        spent, used = lease.spent, lease.used
+        want = max(lease.want(now), need + used) if need else lease.want(now)
+        target = max(want, used)
+        if target < lease.held - spent:  # shrinking: at once, before the database
+            lease.held = spent + target
+        request = spend.LeaseSync(
+            holder=f"lease:{self.token}:{int(lease.period_start.timestamp())}",
+            budget_id=lease.budget_id,
+            subject="",
+            period_start=lease.period_start,
+            limit=lease.limit,
+            spent=spent,
+            want=want,
+            floor=used,
+            expires_at=self.clock() + self.hold_ttl,
+        )
+
+        def applied(future: asyncio.Future[tuple[Decimal, Decimal]]) -> None:
+            # Applied whatever became of the task that awaited it (cancelled at shutdown,
+            # say): a committed sync is always reflected here, and never flushed twice.
+            lease.syncing = None
+            event.set()
+            if future.cancelled() or future.exception() is not None:
+                return
+            held, after = future.result()
+            lease.synced_at = now
+            lease.spent -= spent
+            lease.held = held
+            if spent and self.crossed is not None:
+                charge = spend.Charge(lease.budget_id, "", lease.period_start, lease.limit, ZERO)
+                self.crossed(charge, after - spent, after)
+
+        future = asyncio.ensure_future(asyncio.to_thread(self._sync, request))
+        future.add_done_callback(applied)
+        await asyncio.shield(future)
+
+    def _sync(self, request: spend.LeaseSync) -> tuple[Decimal, Decimal]:
+        with self.sessions() as session, session.begin():
+            return spend.sync_lease(session, request)
+
+    async def tick(self, budgets: set[str]) -> None:
+        """Every slice synced if it has spend to flush, runs low, or went idle; slices of
+        deleted budgets forgotten (their counters went with them)."""
+        now = time.monotonic()
+        for key, lease in list(self.leases.items()):
+            if lease.budget_id not in budgets:
+                del self.leases[key]
+                continue
+            want = lease.want(now)
+            due = (
+                lease.spent > 0
+                or lease.available < want / 2
+                or lease.held > want + lease.used
+                or (lease.held > 0 and now - lease.synced_at > self.hold_ttl.total_seconds() / 3)
+            )
+            if due and lease.syncing is None:
+                try:
+                    await self.sync(key)
+                except DatabaseError as exc:
+                    log.warning("budget lease of %s not synced (%s); retrying", key[0], exc)
+            if lease.held == 0 and lease.used == 0 and lease.spent == 0 and want == 0:
+                del self.leases[key]
+
+    async def close(self) -> None:
+        """Flush every slice and give back what is not in flight (a gateway stopping)."""
+        for lease in self.leases.values():
+            lease.last_used = -IDLE_S * 2  # idle: each sync gives its slice back
+        for key in list(self.leases):
+            try:
+                await self.sync(key)
+            except DatabaseError as exc:
+                log.warning(
+                    "budget lease of %s not returned (%s): swept after its TTL", key[0], exc
+                )

@@ -1,0 +1,299 @@
+"""No overspend under concurrency, across gateways: two `kvgate serve` processes (journals
+of their own, one Postgres), 48 concurrent clients of one tenant (half of them streaming)
+against a small daily budget. Every request completes or gets 402; the settled spend stays
+within the limit and equals, to the nano-dollar, the sum of the records' costs in the period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+import openai
+import pytest
+from sqlalchemy import func, select
+
+from gateway.budgets import Period, period_bounds
+from gateway.db.models import BudgetCounterRow, RequestRow
+from gateway.db.session import session_factory
+from tests.conftest import new_database
+from tests.factories import vllm
+from tests.support.processes import gateway_env, kvgate, start_gateway, wait_recorded
+from tests.support.stack import SIM_MODEL, running_stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+ADMIN = "test-admin-token"
+CLIENTS = 48
+EACH = 3
+LIMIT = Decimal("0.000300000")
+
+
+def test_two_gateways_never_overspend_one_budget(tmp_path: Path) -> None:
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(tmp_path, url, tenants=("small",), KVGATE_ADMIN_TOKEN=ADMIN) as stack,
+    ):
+        stack.start_sims(2, extra=("--decode-tokens-per-s", "400"))
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        env_b = gateway_env(url, tmp_path / "journal-b", KVGATE_ADMIN_TOKEN=ADMIN)
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, env_b)
+        try:
+            reply = httpx.post(
+                a.url + "/v1/admin/budgets",
+                json={"scope": "tenant:small", "limit": str(LIMIT), "period": "day"},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            assert reply.status_code == 201, reply.text
+            budget_id = reply.json()["id"]
+            outcomes: Counter[str] = Counter()
+            lock = threading.Lock()
+
+            def client(number: int) -> None:
+                gateway = (a, b)[number % 2]
+                api = openai.OpenAI(base_url=gateway.url + "/v1", api_key=stack.key, max_retries=0)
+                for turn in range(EACH):
+                    messages = [{"role": "user", "content": f"client {number} turn {turn}"}]
+                    try:
+                        if (number + turn) % 2:
+                            chunks = api.chat.completions.create(
+                                model=SIM_MODEL, messages=messages, max_tokens=16, stream=True
+                            )
+                            assert any(c.choices and c.choices[0].delta.content for c in chunks)
+                        else:
+                            api.chat.completions.create(
+                                model=SIM_MODEL, messages=messages, max_tokens=16
+                            )
+                        outcome = "completed"
+                    except openai.APIStatusError as exc:
+                        outcome = str(exc.status_code)
+                    with lock:
+                        outcomes[outcome] += 1
+
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                list(pool.map(client, range(CLIENTS)))
+            assert set(outcomes) == {"completed", "402"}, outcomes
+            assert outcomes["completed"] + outcomes["402"] == CLIENTS * EACH
+            wait_recorded(a.url)
+            wait_recorded(b.url)
+        finally:
+            b.stop()
+        start, end = period_bounds(Period.DAY, ZoneInfo("UTC"), datetime.now(UTC))
+        # B gave its slices back as it stopped; A gives back its own once idle (1 s).
+        deadline = time.monotonic() + 10
+        while _counter(stack.engine, budget_id)[1] != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        factory = session_factory(stack.engine)
+        with factory() as session:
+            counter = session.get(BudgetCounterRow, (budget_id, "", start))
+            assert counter is not None
+            in_period = (
+                RequestRow.tenant_id == stack.tenant_ids["small"],
+                RequestRow.started_at >= start,
+                RequestRow.started_at < end,
+            )
+            recorded = session.scalar(select(func.sum(RequestRow.cost_total)).where(*in_period))
+            statuses = dict(
+                session.execute(
+                    select(RequestRow.status, func.count())
+                    .where(*in_period)
+                    .group_by(RequestRow.status)
+                ).all()
+            )
+        assert counter.spent <= LIMIT
+        assert counter.spent == recorded
+        assert counter.reserved == Decimal(0)
+        assert statuses == {"completed": outcomes["completed"], "refused": outcomes["402"]}
+        # What remained could not cover one more request's largest cost on either gateway.
+        assert LIMIT - counter.spent < Decimal("0.0001")
+
+
+def _counter(engine: Any, budget_id: str) -> tuple[Decimal, Decimal]:
+    start, _ = period_bounds(Period.DAY, ZoneInfo("UTC"), datetime.now(UTC))
+    with session_factory(engine)() as session:
+        row = session.get(BudgetCounterRow, (budget_id, "", start))
+        return (row.spent, row.reserved) if row is not None else (Decimal(0), Decimal(0))
+
+
+def test_a_killed_gateways_holds_return_after_their_ttl(tmp_path: Path) -> None:
+    """A gateway killed mid-stream never settles; its hold goes back to the budget within
+    the TTL (1 s here) and a sweep's interval, returned by the gateway still running."""
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(
+            tmp_path,
+            url,
+            tenants=("crash",),
+            KVGATE_ADMIN_TOKEN=ADMIN,
+            KVGATE_BUDGET_HOLD_TTL_S="1",
+        ) as stack,
+    ):
+        stack.start_sims(1, extra=("--decode-tokens-per-s", "20"))
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        env_b = gateway_env(
+            url, tmp_path / "journal-b", KVGATE_ADMIN_TOKEN=ADMIN, KVGATE_BUDGET_HOLD_TTL_S="1"
+        )
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, env_b)
+        try:
+            reply = httpx.post(
+                a.url + "/v1/admin/budgets",
+                json={"scope": "tenant:crash", "limit": "1", "period": "day"},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            budget_id = reply.json()["id"]
+            api = openai.OpenAI(base_url=a.url + "/v1", api_key=stack.key, max_retries=0)
+            chunks = api.chat.completions.create(
+                model=SIM_MODEL,
+                messages=[{"role": "user", "content": "long"}],
+                max_tokens=400,
+                stream=True,
+            )
+            next(iter(chunks))
+            assert _counter(stack.engine, budget_id)[1] > 0  # held while it streams
+            os.killpg(a.process.pid, signal.SIGKILL)
+            a.process.wait()
+            killed = time.monotonic()
+            while _counter(stack.engine, budget_id)[1] != 0 and time.monotonic() - killed < 10:
+                time.sleep(0.05)
+            returned_s = time.monotonic() - killed
+            assert _counter(stack.engine, budget_id) == (Decimal(0), Decimal(0))
+            assert returned_s < 1 + 1 / 3 + 1.5, returned_s  # TTL, a sweep interval, slack
+            assert "returned 1 budget hold(s)" in b.output()
+        finally:
+            b.stop()
+
+
+def test_requests_per_minute_hold_exactly_across_two_gateways(tmp_path: Path) -> None:
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(tmp_path, url, tenants=("rated",), KVGATE_ADMIN_TOKEN=ADMIN) as stack,
+    ):
+        stack.start_sims(1)
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, gateway_env(url, tmp_path / "journal-b"))
+        try:
+            reply = httpx.post(
+                a.url + "/v1/admin/limits",
+                json={"scope": "tenant:rated", "requests_per_minute": 10},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            assert reply.status_code == 201, reply.text
+            if datetime.now(UTC).second > 45:  # all in one minute
+                time.sleep(61 - datetime.now(UTC).second)
+
+            def one(number: int) -> int:
+                gateway = (a, b)[number % 2]
+                api = openai.OpenAI(base_url=gateway.url + "/v1", api_key=stack.key, max_retries=0)
+                try:
+                    api.chat.completions.create(
+                        model=SIM_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+                    )
+                except openai.RateLimitError:
+                    return 429
+                return 200
+
+            with ThreadPoolExecutor(30) as pool:
+                statuses = Counter(pool.map(one, range(30)))
+            assert statuses == {200: 10, 429: 20}
+        finally:
+            b.stop()
+
+
+def test_a_budget_set_or_deleted_applies_at_once_on_both_gateways(tmp_path: Path) -> None:
+    """The CLI returns once every gateway has the change: the next request on either
+    gateway is refused, then served again; a limit lowered to zero while both gateways
+    hold slices of it refuses at once too."""
+    with (
+        new_database("postgres", tmp_path) as url,
+        running_stack(tmp_path, url, tenants=("flip",)) as stack,
+    ):
+        stack.start_sims(1)
+        stack.configure([vllm(SIM_MODEL, stack.sim_urls)])
+        a = stack.start_gateway()
+        assert stack.config is not None
+        b = start_gateway(tmp_path, stack.config, gateway_env(url, tmp_path / "journal-b"))
+        try:
+            clients = [
+                openai.OpenAI(base_url=g.url + "/v1", api_key=stack.key, max_retries=0)
+                for g in (a, b)
+            ]
+
+            def statuses() -> list[int]:
+                found = []
+                for api in clients:
+                    try:
+                        api.chat.completions.create(
+                            model=SIM_MODEL,
+                            messages=[{"role": "user", "content": "hi"}],
+                            max_tokens=4,
+                        )
+                        found.append(200)
+                    except openai.APIStatusError as exc:
+                        found.append(exc.status_code)
+                return found
+
+            # Traffic all along, so that both gateways hold slices of the budget throughout.
+            stop = threading.Event()
+
+            def busy() -> None:
+                while not stop.is_set():
+                    statuses()
+
+            threading.Thread(target=busy, daemon=True).start()
+            assert statuses() == [200, 200]
+            out = kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:flip",
+                "--limit",
+                "0",
+                "--period",
+                "day",
+                env=stack.env,
+            ).stdout
+            assert statuses() == [402, 402]
+            kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:flip",
+                "--limit",
+                "1",
+                "--period",
+                "day",
+                env=stack.env,
+            )
+            assert statuses() == [200, 200]
+            kvgate(
+                "budgets",
+                "set",
+                "--scope",
+                "tenant:flip",
+                "--limit",
+                "0",
+                "--period",
+                "day",
+                env=stack.env,
+            )
+            assert statuses() == [402, 402]  # lowered to zero: the slices held are no use
+            kvgate("budgets", "delete", out.split()[1].rstrip(":"), env=stack.env)
+            assert statuses() == [200, 200]
+        finally:
+            stop.set()
+            b.stop()
