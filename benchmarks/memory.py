@@ -28,14 +28,14 @@ from overhead import pin, run, scratch_database
 
 from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
-from tests.e2e.conftest import make_tenant
+from tests.factories import config_file
 from tests.support.processes import (
+    cli_tenant,
     free_port,
     gateway_env,
     kvgate,
     start_gateway,
     start_sim,
-    write_config,
 )
 
 MODEL = "kvgate/demo-llama-8b"
@@ -74,10 +74,10 @@ def main() -> None:
         env.update(KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2", KVGATE_KEY_REFRESH_S="5")
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "memory")
+        key, _ = cli_tenant(env, "memory")
         zero = ("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0")
         sim = start_sim(tmp, extra=(*zero, "--max-num-seqs", "100000"))
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml", [{"name": MODEL, "replicas": [sim.url], "policy": "kv-aware"}]
         )
         gateway = start_gateway(tmp, config, env, port=free_port())

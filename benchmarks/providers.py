@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.factories import config_file
 from tests.support.processes import (
     Proc,
     free_port,
@@ -38,7 +39,6 @@ from tests.support.processes import (
     start_gateway,
     start_sim,
     wait_http,
-    write_config,
 )
 
 MESSAGES = [
@@ -159,7 +159,7 @@ def main() -> None:
             )
         sim = start_sim(tmp, extra=("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "0"))
         emulator = start_emulator(tmp)
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml",
             [
                 {"name": SIM_MODEL, "replicas": [sim.url]},

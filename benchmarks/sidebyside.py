@@ -53,16 +53,16 @@ from benchmarks.load import (
 from benchmarks.overhead import scratch_database
 from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
-from tests.e2e.conftest import make_tenant
+from tests.factories import config_file
 from tests.support.processes import (
     Proc,
+    cli_tenant,
     free_port,
     gateway_env,
     kvgate,
     start_gateway,
     wait_http,
     wait_recorded,
-    write_config,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -360,12 +360,12 @@ def main() -> None:
         )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "bench")
+        key, _ = cli_tenant(env, "bench")
         models: list[dict[str, object]] = [
             {"name": name, "replicas": urls, "policy": "kv-aware", "price_model": PRICE_MODEL}
             for name, urls in ((JSON_MODEL, json_urls), (SSE_MODEL, sse_urls))
         ]
-        config = write_config(tmp / "kvgate.yaml", models)
+        config = config_file(tmp / "kvgate.yaml", models)
         with on_core(GATEWAY_CORE):
             gateway = start_gateway(tmp, config, env, port=free_port())
         try:

@@ -24,7 +24,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.processes import free_port, gateway_env, kvgate, start_sim, write_config
+from tests.factories import config_file
+from tests.support.processes import free_port, gateway_env, kvgate, start_sim
 
 MODEL = "kvgate/demo-llama-8b"
 
@@ -84,7 +85,7 @@ def main() -> None:
     kvgate("prices", "sync", env=env)
     sims = [start_sim(tmp) for _ in range(3)]
     try:
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml",
             [{"name": MODEL, "replicas": [s.url for s in sims], "policy": "kv-aware"}],
         )

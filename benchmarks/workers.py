@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.load import JSON_MODEL, SSE_MODEL, Figures, Target, wrk
 from benchmarks.overhead import scratch_database
 from benchmarks.sidebyside import PRICE_MODEL, check_records, start_nginx
-from tests.e2e.conftest import make_tenant
-from tests.support.processes import free_port, gateway_env, kvgate, start_gateway, write_config
+from tests.factories import config_file
+from tests.support.processes import cli_tenant, free_port, gateway_env, kvgate, start_gateway
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -106,9 +106,9 @@ def run(
         )
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
-        key, _ = make_tenant(env, "bench")
+        key, _ = cli_tenant(env, "bench")
         urls = [f"http://127.0.0.1:{p}" for p in json_ports]
-        config = write_config(
+        config = config_file(
             tmp / "kvgate.yaml",
             [
                 {
