@@ -28,8 +28,19 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def tenant_named(session: Session, name: str) -> TenantRow | None:
+    """The tenant of this name, if any. No stored name holds a NUL (Postgres refuses one in
+    text; ``create_tenant`` refuses control characters), so such a name finds none, asked
+    of either database."""
+    if "\x00" in name:
+        return None
+    return session.scalar(select(TenantRow).where(TenantRow.name == name))
+
+
 def create_tenant(session: Session, *, name: str, cache_group: str | None = None) -> TenantRow:
-    if session.scalar(select(TenantRow).where(TenantRow.name == name)) is not None:
+    if not name or not name.isprintable():
+        raise InvalidRequest(f"a tenant's name is printable characters, not {name!r}")
+    if tenant_named(session, name) is not None:
         raise InvalidRequest(f"tenant {name!r} already exists")
     tenant = TenantRow(
         id="ten_" + secrets.token_hex(8), name=name, cache_group=cache_group, created_at=_now()
@@ -39,7 +50,7 @@ def create_tenant(session: Session, *, name: str, cache_group: str | None = None
 
 
 def get_tenant(session: Session, *, name: str) -> TenantRow:
-    tenant = session.scalar(select(TenantRow).where(TenantRow.name == name))
+    tenant = tenant_named(session, name)
     if tenant is None:
         raise NotFound(f"no tenant named {name!r}")
     return tenant
@@ -109,7 +120,7 @@ class KeyInfo:
 
 def revoke_key(session: Session, *, key_id: str) -> KeyInfo:
     """Revoke a key (revoking it again changes nothing)."""
-    row = session.get(ApiKeyRow, key_id)
+    row = None if "\x00" in key_id else session.get(ApiKeyRow, key_id)  # see tenant_named
     if row is None:
         raise NotFound(f"no API key {key_id!r}", code="key_not_found")
     if row.revoked_at is None:

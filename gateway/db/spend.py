@@ -32,7 +32,7 @@ from gateway.budgets import (
     parse_webhook,
     parse_zone,
 )
-from gateway.db import changes
+from gateway.db import changes, crud
 from gateway.db.models import (
     ApiKeyRow,
     BudgetAlertRow,
@@ -42,7 +42,6 @@ from gateway.db.models import (
     Money,
     RateLimitRow,
     RateWindowRow,
-    TenantRow,
 )
 from gateway.errors import InvalidRequest, NotFound
 
@@ -57,12 +56,12 @@ def _now() -> datetime:
 def _owner(session: Session, scope: Scope) -> tuple[str, str | None]:
     """The tenant id (and key id, for key scopes) a scope names; 404 if none."""
     if scope.kind is ScopeKind.KEY:
-        key = session.get(ApiKeyRow, scope.value)
+        key = None if "\x00" in scope.value else session.get(ApiKeyRow, scope.value)
         if key is None:
             raise NotFound(f"no API key with id {scope.value!r}")
         return key.tenant_id, key.id
     name = scope.tenant_name or ""
-    tenant = session.scalar(select(TenantRow).where(TenantRow.name == name))
+    tenant = crud.tenant_named(session, name)
     if tenant is None:
         raise NotFound(f"no tenant named {name!r}")
     return tenant.id, None
