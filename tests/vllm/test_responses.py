@@ -13,10 +13,10 @@ from tests.vllm.replicas import text
 
 def test_responses_are_routed_on_the_prompt_the_replica_renders(stack: ExactStack) -> None:
     client = stack.client()
-    instructions = text(201, 160)
+    instructions = text(7201, 160)
     items: list[Any] = [
-        {"role": "user", "content": [{"type": "input_text", "text": text(202, 20)}]},
-        {"role": "user", "content": "and the next question: " + text(204, 10)},
+        {"role": "user", "content": [{"type": "input_text", "text": text(7202, 20)}]},
+        {"role": "user", "content": "and the next question: " + text(7204, 10)},
     ]
     asked: dict[str, Any] = {
         "model": "tiny-solo",
