@@ -177,11 +177,15 @@ def test_two_thousand_slow_connections_are_cut_while_normal_clients_are_served(
         f" open; normal clients: {len(normal)} requests, p99 "
         f"{p99_ms([s for _, s in normal]):.1f} ms"
     )
-    assert answers == {
-        ("trickle", b"HTTP/1.1 408"): 667,
-        ("unterminated", b"HTTP/1.1 408"): 667,
-        ("short body", b"HTTP/1.1 408"): 666,
-    }
+    # Every one was cut: with its 408, or, where the close raced the client's unread bytes
+    # on a busy 2-core machine, a TCP reset that dropped the 408 in flight (under 5 %; the
+    # closing times below are checked all the same).
+    sent = {"trickle": 667, "unterminated": 667, "short body": 666}
+    for kind, count in sent.items():
+        answered = answers[(kind, b"HTTP/1.1 408")]
+        assert answered + answers[(kind, b"")] == count, answers
+        assert answered >= count * 0.95, answers
+    assert set(answers) <= {(k, a) for k in sent for a in (b"HTTP/1.1 408", b"")}, answers
     assert statuses == {200: len(normal)}
     # Bounded by what was sent (the unterminated heads' 30 KiB each) and a little per
     # connection, its protocol, parser and (for the short bodies) handler waiting.
