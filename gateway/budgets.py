@@ -1,9 +1,10 @@
 """Spend control's values: budgets and rate limits, their scopes, and calendar periods.
 
     Scope       what a budget or limit applies to: tenant:NAME, key:KEY_ID,
-                interaction:TENANT (each interaction of the tenant on its own);
-                user:TENANT/USER and tag:TENANT/KEY=VALUE parse, and are refused until
-                requests carry end users and tags (attribution)
+                interaction:TENANT (each interaction of the tenant on its own),
+                user:TENANT/USER (the requests naming that end user: OpenAI's ``user``,
+                Anthropic's ``metadata.user_id``), tag:TENANT/KEY=VALUE (the requests
+                carrying that tag: X-Kvgate-Tags or ``metadata``)
     Period      day | week | month | total, turning over at midnight in the budget's zone
     Budget      a limit (Decimal, the prices' currency) per period on one scope
     RateLimit   requests and tokens per minute on a tenant or key
@@ -22,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from gateway.errors import InvalidRequest
 
 MAX_LIMIT = Decimal(10**9)  # Numeric(18, 9) holds less than 10^9 whole units
-MAX_SCOPE_CHARS = 200
+MAX_SCOPE_CHARS = 300  # the scope_value column
 DEFAULT_ALERTS = (Decimal("0.5"), Decimal("0.8"), Decimal("1.0"))
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # a total budget's one period starts here
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
@@ -36,7 +37,8 @@ class ScopeKind(StrEnum):
     TAG = "tag"
 
 
-ATTRIBUTED = (ScopeKind.USER, ScopeKind.TAG)  # need the Call to carry end users and tags
+MAX_TAG_CHARS = 64  # as attribution checks a request's tags
+TAG_KEY_FORBIDDEN = frozenset('=,"\\')
 LIMITABLE = (ScopeKind.TENANT, ScopeKind.KEY)  # rate limits apply to these
 
 
@@ -64,6 +66,28 @@ class Scope:
             return None
         return self.value.split("/", 1)[0]
 
+    @property
+    def end_user(self) -> str | None:
+        """The end user a ``user:TENANT/USER`` scope names (None for other kinds)."""
+        return self.value.split("/", 1)[1] if self.kind is ScopeKind.USER else None
+
+    @property
+    def tag(self) -> tuple[str, str] | None:
+        """The (key, value) a ``tag:TENANT/KEY=VALUE`` scope names (None for other kinds)."""
+        if self.kind is not ScopeKind.TAG:
+            return None
+        key, _, value = self.value.split("/", 1)[1].partition("=")
+        return key, value
+
+    def matches(self, end_user: str | None, tags: tuple[tuple[str, str], ...]) -> bool:
+        """Whether a request of the scope's tenant (or key) with this end user and these tags
+        is charged: always, but for user and tag scopes, which need theirs."""
+        if self.kind is ScopeKind.USER:
+            return end_user is not None and end_user == self.end_user
+        if self.kind is ScopeKind.TAG:
+            return self.tag in tags
+        return True
+
 
 def parse_scope(text: str, *, allowed: tuple[ScopeKind, ...] = tuple(ScopeKind)) -> Scope:
     """``tenant:NAME``, ``key:KEY_ID``, ``interaction:TENANT``, ``user:TENANT/USER`` or
@@ -79,16 +103,6 @@ def parse_scope(text: str, *, allowed: tuple[ScopeKind, ...] = tuple(ScopeKind))
             f"tag:TENANT/KEY=VALUE, not {text!r}",
             param="scope",
         )
-    if kind is ScopeKind.USER and "/" not in value.strip("/"):
-        raise InvalidRequest(f"a user scope is user:TENANT/USER, not {text!r}", param="scope")
-    if kind is ScopeKind.TAG and ("/" not in value or "=" not in value.split("/", 1)[1]):
-        raise InvalidRequest(f"a tag scope is tag:TENANT/KEY=VALUE, not {text!r}", param="scope")
-    if kind in ATTRIBUTED:
-        raise InvalidRequest(
-            f"{kind} scopes come with attribution (requests carrying end users and tags), "
-            "which this gateway does not record yet",
-            param="scope",
-        )
     if kind not in allowed:
         names = ", ".join(f"{k}:" for k in allowed)
         raise InvalidRequest(f"scope must be one of {names} here, not {text!r}", param="scope")
@@ -97,7 +111,36 @@ def parse_scope(text: str, *, allowed: tuple[ScopeKind, ...] = tuple(ScopeKind))
         raise InvalidRequest(
             f"a scope's name is at most {MAX_SCOPE_CHARS} printable characters", param="scope"
         )
+    if kind in (ScopeKind.USER, ScopeKind.TAG):
+        _check_attributed(kind, value, text)
     return Scope(kind, value)
+
+
+def _check_attributed(kind: ScopeKind, value: str, text: str) -> None:
+    """A user scope names its tenant and an end user; a tag scope its tenant and one tag,
+    whose key and value follow the rules a request's tags are held to."""
+    tenant, _, rest = value.partition("/")
+    form = "user:TENANT/USER" if kind is ScopeKind.USER else "tag:TENANT/KEY=VALUE"
+    if not tenant.strip() or not rest.strip() or rest != rest.strip():
+        raise InvalidRequest(f"a {kind} scope is {form}, not {text!r}", param="scope")
+    if kind is ScopeKind.USER:
+        return
+    key, equals, tag = rest.partition("=")
+    if (
+        not equals
+        or not 0 < len(key) <= MAX_TAG_CHARS
+        or key != key.strip()
+        or TAG_KEY_FORBIDDEN & set(key)
+        or not 0 < len(tag) <= MAX_TAG_CHARS
+        or tag != tag.strip()
+        or "," in tag
+    ):
+        raise InvalidRequest(
+            f"a tag scope is {form}: a key of 1 to {MAX_TAG_CHARS} characters without '=', "
+            f"',', '\"' or '\\' and a value of 1 to {MAX_TAG_CHARS} without ',', "
+            f"not {text!r}",
+            param="scope",
+        )
 
 
 def parse_limit(text: str | Decimal) -> Decimal:
@@ -221,12 +264,20 @@ class Rules:
     budgets: tuple[Budget, ...] = ()
     limits: tuple[RateLimit, ...] = ()
 
-    def budgets_for(self, tenant_id: str, key_id: str) -> tuple[Budget, ...]:
-        """The budgets a request of this tenant with this key is charged to."""
+    def budgets_for(
+        self,
+        tenant_id: str,
+        key_id: str,
+        end_user: str | None = None,
+        tags: tuple[tuple[str, str], ...] = (),
+    ) -> tuple[Budget, ...]:
+        """The budgets a request of this tenant with this key, end user and tags is charged to."""
         return tuple(
             b
             for b in self.budgets
-            if b.tenant_id == tenant_id and (b.key_id is None or b.key_id == key_id)
+            if b.tenant_id == tenant_id
+            and (b.key_id is None or b.key_id == key_id)
+            and b.scope.matches(end_user, tags)
         )
 
     def limits_for(self, tenant_id: str, key_id: str) -> tuple[RateLimit, ...]:

@@ -13,7 +13,10 @@ from gateway.cli_support import sessions_for, settings
 
 budgets_app = typer.Typer(help="Budgets: what a scope may spend per period.", no_args_is_help=True)
 limits_app = typer.Typer(help="Rate limits: requests and tokens per minute.", no_args_is_help=True)
-SCOPES = "tenant:NAME, key:KEY_ID or interaction:TENANT (a cap on each interaction)"
+SCOPES = (
+    "tenant:NAME, key:KEY_ID, user:TENANT/USER, tag:TENANT/KEY=VALUE or interaction:TENANT "
+    "(a cap on each interaction)"
+)
 
 
 def _optional(value: Any) -> str:

@@ -11,7 +11,9 @@ import pytest
 from gateway.budgets import (
     EPOCH,
     FOREVER,
+    Budget,
     Period,
+    Rules,
     Scope,
     ScopeKind,
     crossed,
@@ -33,13 +35,75 @@ def test_scopes_parse_tenant_key_and_interaction() -> None:
     assert parse_scope("key:key_12").tenant_name is None
 
 
-@pytest.mark.parametrize("text", ["user:acme/bob", "tag:acme/team=search"])
-def test_user_and_tag_scopes_parse_and_are_refused_until_attribution(text: str) -> None:
-    with pytest.raises(InvalidRequest, match="come with attribution"):
-        parse_scope(text)
+def test_user_and_tag_scopes_name_their_tenant_and_what_requests_must_carry() -> None:
+    user = parse_scope("user:acme/bob@example.com")
+    assert (user.kind, user.tenant_name, user.end_user, user.tag) == (
+        ScopeKind.USER,
+        "acme",
+        "bob@example.com",
+        None,
+    )
+    tag = parse_scope("tag:acme/team=search=v2")  # a value may hold '=' (not a key)
+    assert (tag.tenant_name, tag.tag, tag.end_user) == ("acme", ("team", "search=v2"), None)
+    assert parse_scope("user:acme/a/b").end_user == "a/b"
 
 
-@pytest.mark.parametrize("text", ["acme", "tenant:", "org:acme", "user:acme", "tag:acme/team"])
+def test_a_scope_matches_the_requests_carrying_its_end_user_or_tag() -> None:
+    tags = (("project", "atlas"), ("team", "search"))
+    assert parse_scope("user:acme/bob").matches("bob", ())
+    assert not parse_scope("user:acme/bob").matches("bobby", tags)
+    assert not parse_scope("user:acme/bob").matches(None, tags)
+    assert parse_scope("tag:acme/team=search").matches(None, tags)
+    assert not parse_scope("tag:acme/team=ads").matches("bob", tags)
+    assert not parse_scope("tag:acme/search=team").matches(None, tags)
+    assert parse_scope("tenant:acme").matches(None, ())
+    assert parse_scope("interaction:acme").matches("bob", tags)
+
+
+def test_rules_charge_every_matching_budget_of_the_tenant() -> None:
+    def budget(scope: str, tenant: str = "ten_a", key: str | None = None) -> Budget:
+        return Budget(scope, parse_scope(scope), tenant, Decimal(1), Period.DAY, key_id=key)
+
+    rules = Rules(
+        budgets=(
+            budget("tenant:acme"),
+            budget("key:key_1", key="key_1"),
+            budget("user:acme/bob"),
+            budget("tag:acme/team=search"),
+            budget("tenant:other", tenant="ten_b"),
+        )
+    )
+
+    def ids(key: str, user: str | None, tags: tuple[tuple[str, str], ...]) -> list[str]:
+        return [b.id for b in rules.budgets_for("ten_a", key, user, tags)]
+
+    assert ids("key_2", None, ()) == ["tenant:acme"]
+    assert ids("key_1", "bob", (("team", "search"),)) == [
+        "tenant:acme",
+        "key:key_1",
+        "user:acme/bob",
+        "tag:acme/team=search",
+    ]
+    assert ids("key_2", "alice", (("team", "ads"),)) == ["tenant:acme"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "acme",
+        "tenant:",
+        "org:acme",
+        "user:acme",
+        "user:acme/",
+        "user:/bob",
+        "tag:acme/team",
+        "tag:acme/=search",
+        "tag:acme/team=",
+        "tag:acme/te,am=search",
+        "tag:acme/team=a,b",
+        "tag:acme/" + "k" * 65 + "=v",
+    ],
+)
 def test_malformed_scopes_are_400s(text: str) -> None:
     with pytest.raises(InvalidRequest) as raised:
         parse_scope(text)

@@ -36,7 +36,12 @@ class NewBudget(BaseModel):
     """A budget to set: the same scope and period again changes it."""
 
     model_config = ConfigDict(extra="forbid")
-    scope: str = Field(max_length=300, description="tenant:NAME, key:KEY_ID or interaction:TENANT.")
+    scope: str = Field(
+        max_length=300,
+        description=(
+            "tenant:NAME, key:KEY_ID, user:TENANT/USER, tag:TENANT/KEY=VALUE or interaction:TENANT."
+        ),
+    )
     limit: Decimal = Field(description="The most the scope may spend per period.")
     period: Period
     timezone: str = Field(default="UTC", max_length=64)

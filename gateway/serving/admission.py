@@ -198,10 +198,15 @@ class Admission:
 
         self.rules = replace(self.rules, **changed)
 
+    def _budgets(self, ctx: Context) -> tuple[Budget, ...]:
+        principal, call = ctx.principal, ctx.call
+        return self.rules.budgets_for(
+            principal.tenant_id, principal.api_key_id, call.end_user, call.tags
+        )
+
     def charges(self, ctx: Context, at: datetime) -> tuple[tuple[spend.Charge, Budget], ...]:
         """What the request would charge each budget that matches it, now."""
-        principal = ctx.principal
-        budgets = self.rules.budgets_for(principal.tenant_id, principal.api_key_id)
+        budgets = self._budgets(ctx)
         if not budgets:
             return ()
         amount = largest_cost(self.ledger, ctx, at)
@@ -216,7 +221,7 @@ class Admission:
         """Count and reserve, or refuse with 429 / 402 (BudgetExceeded, RateLimited)."""
         principal = ctx.principal
         limits = self.rules.limits_for(principal.tenant_id, principal.api_key_id)
-        if not limits and not self.rules.budgets_for(principal.tenant_id, principal.api_key_id):
+        if not limits and not self._budgets(ctx):
             return FREE
         at = self.clock()
         charged = self.charges(ctx, at)

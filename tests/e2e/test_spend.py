@@ -49,7 +49,16 @@ def stack(
         running_stack(
             tmp,
             database_url,
-            tenants=("zero", "agent", "limited", "alerted", "leaver", "capped", "free"),
+            tenants=(
+                "zero",
+                "agent",
+                "limited",
+                "alerted",
+                "leaver",
+                "capped",
+                "free",
+                "attributed",
+            ),
             KVGATE_ADMIN_TOKEN=ADMIN,
             KVGATE_SECRET=SECRET,
         ) as stack,
@@ -134,6 +143,65 @@ def test_a_zero_budget_blocks_with_402_in_openais_shape_and_a_refused_record(
     assert f"{budget_id}\ttenant:zero\t" in listed
     kvgate("budgets", "delete", budget_id, env=stack.env)
     assert ask(stack, "zero").usage.completion_tokens > 0  # at once: nothing blocks now
+
+
+def test_user_and_tag_budgets_charge_only_the_requests_that_carry_them(stack: Stack) -> None:
+    """A spent end user (OpenAI's ``user``) or tag (X-Kvgate-Tags or ``metadata``) is
+    refused; the tenant's other users and tags are not; a user's spend is its records'."""
+    for scope in ("user:attributed/bob", "tag:attributed/team=search"):
+        admin(stack, "POST", "/v1/admin/budgets", scope=scope, limit="0", period="month")
+    out = kvgate(
+        "budgets",
+        "set",
+        "--scope",
+        "user:attributed/carol",
+        "--limit",
+        "1",
+        "--period",
+        "day",
+        env=stack.env,
+    )
+    carol_budget = out.stdout.split()[1].rstrip(":")
+    refused = [
+        {"user": "bob"},
+        {"extra_headers": {"x-kvgate-tags": "team=search"}},
+        {"metadata": {"team": "search"}, "user": "alice"},
+    ]
+    for options in refused:
+        with pytest.raises(openai.APIStatusError) as stopped:
+            ask(stack, "attributed", **options)
+        assert stopped.value.status_code == 402, options
+        assert stopped.value.response.json()["error"]["code"] == "budget_exceeded"
+    message = stopped.value.response.json()["error"]["message"]
+    assert " on tag:attributed/team=search (month) " in message
+    answered = [
+        {"user": "alice"},
+        {"user": "carol", "metadata": {"team": "ads"}},
+        {"extra_headers": {"x-kvgate-tags": "team=ads"}},
+        {},
+    ]
+    for options in answered:
+        assert ask(stack, "attributed", **options).usage.completion_tokens > 0
+    rows = stack.rows(RequestRow.tenant_id == stack.tenant_ids["attributed"], count=7)
+    assert [r.status for r in rows] == ["refused"] * 3 + ["completed"] * 4
+    [carol] = [r for r in rows if r.end_user == "carol"]
+    deadline = time.monotonic() + 5
+    while True:  # the gateway's slice of carol's budget is flushed within a second or so
+        mine = httpx.get(
+            stack.url + "/v1/billing/budgets",
+            headers={"authorization": f"Bearer {stack.keys['attributed']}"},
+        ).json()["data"]
+        [listed] = [b for b in mine if b["id"] == carol_budget]
+        if Decimal(listed["reserved"]) == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert listed["scope"] == "user:attributed/carol"
+    assert (Decimal(listed["spent"]), Decimal(listed["reserved"])) == (carol.cost_total, 0)
+    assert {b["scope"] for b in mine} == {
+        "user:attributed/bob",
+        "user:attributed/carol",
+        "tag:attributed/team=search",
+    }
 
 
 def test_an_interaction_budget_stops_a_looping_agent_at_its_cap(stack: Stack) -> None:
