@@ -183,6 +183,7 @@ def error_response(exc: KvgateError) -> Response:
 ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",

@@ -10,9 +10,10 @@
 
 The reservation is the request's prompt bounded by its body's size in bytes (a byte-level
 tokenizer makes at most a token per byte) at the dearest prompt rate in force, plus its
-``max_tokens`` (or the deployment's ``default_max_tokens``, then sent upstream) at the output
-rate: a request can never be recorded at more, so settled spend never passes a limit. A
-request that does not fit is refused, never shortened.
+output cap (``max_tokens``, ``max_output_tokens`` on Responses; else the deployment's
+``default_max_tokens``, then sent upstream) at the output rate: a request can never be
+recorded at more, so settled spend never passes a limit. A request that does not fit is
+refused, never shortened.
 """
 
 from __future__ import annotations
@@ -90,15 +91,28 @@ def _rates(price: Price) -> tuple[Decimal, Decimal]:
     return prompt, max(r.output for r in sets)
 
 
+# Each endpoint's output cap, by the name its wire gives it (the first found binds).
+OUTPUT_CAPS = {
+    Endpoint.CHAT: ("max_completion_tokens", "max_tokens"),
+    Endpoint.COMPLETIONS: ("max_tokens",),
+    Endpoint.RESPONSES: ("max_output_tokens",),
+    Endpoint.MESSAGES: ("max_tokens",),  # required on Anthropic's wire
+}
+
+
 def output_cap(ctx: Context) -> int:
-    """The request's output cap; the deployment's default, set in the body, if it had none."""
+    """The request's output cap; the deployment's default, set in the body under the
+    endpoint's own name, if it had none. Embeddings generate nothing."""
+    names = OUTPUT_CAPS.get(ctx.call.endpoint)
+    if names is None:
+        return 0
     body = ctx.call.body
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in names:
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     cap = ctx.deployment.default_max_tokens
-    body["max_tokens"] = cap
+    body[names[-1]] = cap
     return cap
 
 
@@ -220,6 +234,8 @@ class Admission:
     async def admit(self, ctx: Context) -> Admitted:
         """Count and reserve, or refuse with 429 / 402 (BudgetExceeded, RateLimited)."""
         principal = ctx.principal
+        if not ctx.call.endpoint.billed:
+            return FREE  # counting tokens costs nothing and generates nothing
         limits = self.rules.limits_for(principal.tenant_id, principal.api_key_id)
         if not limits and not self._budgets(ctx):
             return FREE

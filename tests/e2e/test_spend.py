@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import orjson
@@ -58,6 +59,8 @@ def stack(
                 "capped",
                 "free",
                 "attributed",
+                "claude",
+                "claude_limited",
             ),
             KVGATE_ADMIN_TOKEN=ADMIN,
             KVGATE_SECRET=SECRET,
@@ -400,3 +403,51 @@ def test_a_budgeted_request_without_max_tokens_is_capped_at_the_deployments_defa
         reply = stack.client(tenant).chat.completions.create(model=CAPPED, messages=ASK)
         assert reply.usage.completion_tokens == expected
         assert reply.choices[0].finish_reason == "length"
+
+
+def test_refusals_on_the_messages_endpoint_answer_in_anthropics_shape(stack: Stack) -> None:
+    """402 ``billing_error`` and 429 ``rate_limit_error`` (with retry-after), as the official
+    anthropic client reads them; counting tokens costs nothing, so a zero budget lets it by."""
+    admin(stack, "POST", "/v1/admin/budgets", scope="tenant:claude", limit="0", period="day")
+    admin(
+        stack,
+        "POST",
+        "/v1/admin/limits",
+        scope="tenant:claude_limited",
+        requests_per_minute=1,
+    )
+
+    def claude(tenant: str) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=stack.url, api_key=stack.keys[tenant], max_retries=0)
+
+    ask_claude = {"model": SIM_MODEL, "max_tokens": 8, "messages": ASK}
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        claude("claude").messages.create(**ask_claude)
+    assert refused.value.status_code == 402
+    body = refused.value.response.json()
+    assert (body["type"], body["error"]["type"]) == ("error", "billing_error")
+    assert body["error"]["message"].endswith(f"limit 0; it resets {tomorrow()}")
+    counted = claude("claude").messages.count_tokens(model=SIM_MODEL, messages=ASK)
+    assert counted.input_tokens > 0
+    if datetime.now(UTC).second > 50:  # both requests in one minute
+        time.sleep(61 - datetime.now(UTC).second)
+    claude("claude_limited").messages.create(**ask_claude)
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        claude("claude_limited").messages.create(**ask_claude)
+    reply = limited.value.response
+    assert reply.json()["error"]["type"] == "rate_limit_error"
+    assert 1 <= int(reply.headers["retry-after"]) <= 60
+    assert reply.headers["x-ratelimit-remaining-requests"] == "0"
+    rows = stack.rows(RequestRow.tenant_id == stack.tenant_ids["claude"], count=1)
+    assert [(r.status, r.endpoint) for r in rows] == [("refused", "/v1/messages")]
+
+
+def test_a_budgeted_responses_call_is_capped_under_its_own_name(stack: Stack) -> None:
+    """The Responses API's cap is ``max_output_tokens``: that is what a budgeted request
+    without one is given (a ``max_tokens`` would mean nothing to the upstream)."""
+    admin(stack, "POST", "/v1/admin/budgets", scope="tenant:capped", limit="1", period="day")
+    for tenant, expected in (("capped", 5), ("free", 16)):
+        reply = stack.client(tenant).responses.create(model=CAPPED, input="How much is left?")
+        assert reply.usage.output_tokens == expected
+        assert reply.status == "incomplete"  # both stopped at the cap they were given
+        assert reply.incomplete_details.reason == "max_output_tokens"
