@@ -95,6 +95,7 @@ def sign_in(settings: Settings, password: str) -> None:
 
 
 def locked_message(seconds: float) -> str:
+    """What a locked-out address is told: the whole seconds until it may try again."""
     return f"Too many failed sign-ins from your address: try again in {math.ceil(seconds)} s."
 
 

@@ -50,6 +50,7 @@ def warn_open() -> None:
 
 
 def main() -> None:
+    """One run of the dashboard: sign-in, the sidebar's view of the data, then the page shown."""
     st.set_page_config(page_title="kvgate", page_icon=":material/savings:", layout="wide")
     # Exact money has many digits: a smaller metric font shows them whole in four columns.
     st.html("<style>[data-testid='stMetricValue'] {font-size: 1.55rem;}</style>")

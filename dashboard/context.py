@@ -35,10 +35,12 @@ def engine(url: str) -> Engine:
 
 
 def sessions(url: str) -> SessionFactory:
+    """A session factory on the server's one engine for the database at ``url``."""
     return session_factory(engine(url))
 
 
 def publish(context: Context) -> None:
+    """Make ``context`` the one every page of this run reads."""
     st.session_state[KEY] = context
 
 

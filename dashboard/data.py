@@ -29,6 +29,7 @@ class Overview:
 
 
 def overview(session: Session, view: View) -> Overview:
+    """The overview's totals, spend trend and time-to-first-token for the view's scope."""
     scope, edges = view.scope, view.edges()
     ttft, ttft_trend = latency.ttft_trend(session, scope, edges)
     return Overview(
@@ -46,6 +47,7 @@ class Tenants:
 
 
 def tenants(session: Session, view: View) -> Tenants:
+    """Tenant names, and each tenant's spend in the view's scope."""
     return Tenants(lookups.tenant_names(session), spend.by_tenant(session, view.scope))
 
 
@@ -58,6 +60,7 @@ class Attribution:
 
 
 def attribution_of(session: Session, view: View) -> Attribution:
+    """The end users and the tags that spent most in the view's scope."""
     scope = view.scope
     return Attribution(
         attribution.top_end_users(session, scope), attribution.top_tags(session, scope)
@@ -84,6 +87,7 @@ class Models:
 
 
 def models(session: Session, view: View) -> Models:
+    """The price book's entries, and the rates paid and unpriced requests in the view's scope."""
     return Models(
         prices=crud.price_book(session).entries(),
         paid=prices.paid_rates(session, view.scope),
@@ -99,6 +103,7 @@ class Routing:
 
 
 def routing(session: Session, view: View) -> Routing:
+    """Figures, the routing trend and cache tiers per replica, for the view's scope."""
     return Routing(
         replicas=replicas.by_replica(session, view.scope),
         trend=replicas.routing_trend(session, view.scope, view.edges()),
@@ -115,6 +120,7 @@ def requests(
     status: str | None,
     limit: int = 100,
 ) -> list[lookups.RequestLine]:
+    """The latest ``limit`` attempts in the view's period, by tenant, model and status if given."""
     return lookups.recent_requests(
         session,
         lower=view.lower,

@@ -40,6 +40,7 @@ def percent(share: Decimal | None) -> str:
 
 
 def count(value: int) -> str:
+    """A count with thousands separators: ``12,345``."""
     return f"{value:,}"
 
 

@@ -21,6 +21,7 @@ GRANULARITIES = ("auto", "hour", "day", "week")
 
 
 def floor_hour(moment: datetime) -> datetime:
+    """The start of the UTC hour that ``moment`` falls in."""
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
@@ -75,17 +76,21 @@ class View:
 
     @property
     def lower(self) -> datetime:
+        """The period's first moment: local midnight of ``start``, floored to the UTC hour."""
         return floor_hour(local_midnight(self.start, self.zone))
 
     @property
     def upper(self) -> datetime:
+        """The period's end, excluded: the local midnight after ``end``, floored to the UTC hour."""
         return floor_hour(local_midnight(self.end + timedelta(days=1), self.zone))
 
     @property
     def scope(self) -> Scope:
+        """The period and the filters, as the scope the figures are summed over."""
         return Scope(self.lower, self.upper, self.tenant_ids, self.models)
 
     def for_tenant(self, tenant_id: str) -> View:
+        """This view, narrowed to one tenant."""
         return replace(self, tenant_ids=(tenant_id,))
 
     @property

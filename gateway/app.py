@@ -53,6 +53,7 @@ class Gateway(FastAPI):
     straight to their handlers."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Give the request an id; inference paths go to their handlers, others to FastAPI."""
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return

@@ -49,14 +49,17 @@ Keys = dict[str, Principal]  # key hash -> who it authenticates
 
 
 def new_key() -> str:
+    """A new API key: the key prefix and 32 random bytes, URL-safe."""
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 def hash_key(key: str) -> str:
+    """The key's SHA-256 hex digest: the form the database and the key ring keep."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
 def bearer_token(authorization: str | None) -> str:
+    """The key in ``Authorization: Bearer <key>``; AuthenticationFailed if none or malformed."""
     if not authorization:
         raise AuthenticationFailed("missing API key: send 'Authorization: Bearer <key>'")
     scheme, _, token = authorization.partition(" ")
@@ -158,6 +161,7 @@ class KeyRing:
                 ) from None
 
     async def authenticate(self, authorization: str | None) -> Principal:
+        """The key's principal; a key not mirrored yet is looked for again in a newer view."""
         arrived = time.monotonic()
         digest = hash_key(bearer_token(authorization))
         self._fresh()

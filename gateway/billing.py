@@ -180,6 +180,7 @@ def parse_group_by(group_by: str | None) -> statements.Grouping | None:
 
 
 def check_period(start: date, end: date) -> None:
+    """InvalidRequest unless ``start``..``end`` is a period a statement can cover."""
     if end == date.max:  # a period ends at the next midnight, and this day has none
         raise InvalidRequest(f"'end' must be before {date.max}", param="end")
     if end < start:

@@ -329,6 +329,7 @@ app.command("cachetest", help="Run the cache test plan against an endpoint; writ
 
 
 def main() -> None:
+    """Run the CLI; a kvgate or configuration error prints as one red line and exits 2."""
     from gateway.errors import KvgateError
 
     try:

@@ -28,6 +28,7 @@ def moment(text: str, *, option: str) -> datetime:
 
 
 def floor_hour(at: datetime) -> datetime:
+    """The start of the UTC hour that ``at`` falls in."""
     return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 

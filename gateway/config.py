@@ -118,14 +118,17 @@ class Deployment(BaseModel):
 
     @property
     def bills_as(self) -> str:
+        """The model its price entries are under: ``price_model``, else the name."""
         return self.price_model or self.name
 
     @property
     def served_name(self) -> str:
+        """The model name sent to the replicas: ``upstream_model``, else the name."""
         return self.upstream_model or self.name
 
     @property
     def replica_urls(self) -> tuple[str, ...]:
+        """The replicas' base URLs, without a trailing slash."""
         return tuple(str(url).rstrip("/") for url in self.replicas)
 
 
@@ -161,10 +164,12 @@ class ProviderTarget(BaseModel):
 
     @property
     def bills_as(self) -> str:
+        """The model its price entries are under: ``price_model``, else the litellm model."""
         return self.price_model or self.litellm_model
 
     @property
     def base_url(self) -> str | None:
+        """``api_base`` without a trailing slash; None: the provider's own."""
         return None if self.api_base is None else str(self.api_base).rstrip("/")
 
 
@@ -349,6 +354,7 @@ class Settings(BaseSettings):
         return None
 
     def deployments(self) -> tuple[Deployment | ProviderDeployment, ...]:
+        """The deployments the ``config`` file names, read from it on each call."""
         return load_deployments(self.config)
 
     def provider_keys(self) -> dict[str, str]:

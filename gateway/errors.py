@@ -167,12 +167,14 @@ class UpstreamUnavailable(UpstreamError):
 def error_body(
     message: str, type_: str, *, param: str | None = None, code: str | None = None
 ) -> bytes:
+    """An OpenAI-style error body, as JSON bytes."""
     return orjson.dumps(
         {"error": {"message": message, "type": type_, "param": param, "code": code}}
     )
 
 
 def error_response(exc: KvgateError) -> Response:
+    """The error's OpenAI-style response, with its headers (and ``www-authenticate`` on 401)."""
     body = error_body(exc.message, exc.type, param=exc.param, code=exc.code)
     headers = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
     headers.update(exc.headers)

@@ -206,6 +206,7 @@ class Metrics:
         series.latency.observe((record.ended_at - record.started_at).total_seconds())
 
     def collect_gauges(self, update: Callable[[Metrics], None]) -> None:
+        """Have ``update`` set the live gauges on these metrics."""
         update(self)
 
     def worker_stopped(self) -> None:

@@ -63,14 +63,17 @@ class Usage:
 
     @property
     def prompt_tokens(self) -> int:
+        """Prompt tokens of every class: uncached, cache read and cache write."""
         return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     @property
     def total_tokens(self) -> int:
+        """Prompt and output tokens together."""
         return self.prompt_tokens + self.output_tokens
 
     @classmethod
     def missing(cls) -> Usage:
+        """The usage of an answer that reported none: no tokens, source MISSING."""
         return cls(source=UsageSource.MISSING)
 
 

@@ -90,6 +90,7 @@ class Price:
 
     @property
     def base(self) -> Rates:
+        """The entry's base rates, without its long-context rates or tiers."""
         return Rates(
             input=self.input,
             cache_read=self.cache_read,
@@ -139,6 +140,7 @@ class Price:
 
 
 def price_id(model: str, effective_from: datetime) -> str:
+    """A price entry's id: its model and start in UTC, ``model@YYYY-MM-DDTHH:MM:SSZ``."""
     return f"{model}@{effective_from.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
@@ -309,6 +311,7 @@ class PriceBook:
         return self._entries[model][index] if index >= 0 else None
 
     def entries(self, model: str | None = None) -> list[Price]:
+        """The model's entries (every model's, by name, if None), oldest first."""
         models = [model] if model is not None else sorted(self._entries)
         return [p for m in models for p in self._entries.get(m, [])]
 

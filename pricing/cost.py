@@ -17,17 +17,28 @@ class Tokens(Protocol):
     """A request's tokens in the four disjoint classes priced differently."""
 
     @property
-    def uncached_tokens(self) -> int: ...
+    def uncached_tokens(self) -> int:
+        """Prompt tokens neither read from nor written to the cache."""
+
     @property
-    def cache_read_tokens(self) -> int: ...
+    def cache_read_tokens(self) -> int:
+        """Prompt tokens read from the cache."""
+
     @property
-    def cache_write_tokens(self) -> int: ...
+    def cache_write_tokens(self) -> int:
+        """Prompt tokens written to the cache, the 1-hour writes included."""
+
     @property
-    def cache_write_1h_tokens(self) -> int: ...
+    def cache_write_1h_tokens(self) -> int:
+        """Of the tokens written to the cache, those written for an hour."""
+
     @property
-    def output_tokens(self) -> int: ...
+    def output_tokens(self) -> int:
+        """Tokens generated."""
+
     @property
-    def prompt_tokens(self) -> int: ...
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of every class: uncached, cache read and cache write."""
 
 
 NANO = Decimal("0.000000001")
@@ -52,6 +63,7 @@ class Cost:
 
     @property
     def total(self) -> Decimal:
+        """The exact sum of the classes."""
         return self.uncached + self.cache_read + self.cache_write + self.output
 
     @property

@@ -143,6 +143,7 @@ def prices_from_map(
 
 
 def same_rates(a: Price, b: Price) -> bool:
+    """Whether two entries charge alike: base rates, long-context rates, tiers and currency."""
     return (a.base, a.long_context, a.tiers, a.currency) == (
         b.base,
         b.long_context,

@@ -38,10 +38,17 @@ REJECTED_DIR = "rejected"
 
 
 class EventLike(Protocol):
-    def set(self) -> None: ...
-    def clear(self) -> None: ...
-    def is_set(self) -> bool: ...
-    def wait(self, timeout: float | None = None) -> bool: ...
+    def set(self) -> None:
+        """Set the flag, waking every waiter."""
+
+    def clear(self) -> None:
+        """Clear the flag."""
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the flag is set or ``timeout`` passes; whether it is set."""
 
 
 class Drainer:

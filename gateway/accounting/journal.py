@@ -76,6 +76,7 @@ class Journal:
         self._syncer: _Syncer | None = None
 
     def open(self) -> None:
+        """Create the directory, open a new segment, and start the syncer in background mode."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._rotate()
         if self.sync is SyncMode.BACKGROUND:
@@ -83,6 +84,7 @@ class Journal:
             self._syncer.start()
 
     def close(self) -> None:
+        """Stop the syncer and close the segment (flushed first unless syncing is off)."""
         if self._syncer is not None:
             self._syncer.stop()
             self._syncer = None
@@ -91,6 +93,7 @@ class Journal:
 
     @property
     def size_bytes(self) -> int:
+        """Bytes on disk in the directory's journal segments."""
         return sum(p.stat().st_size for p in segments(self.directory))
 
     def take_sync_lag(self) -> float:

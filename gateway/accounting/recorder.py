@@ -121,6 +121,7 @@ class Recorder:
 
     @property
     def stats(self) -> RecorderStats:
+        """The counters now, the writer's (shared with its process) included."""
         counters = self._counters
         return RecorderStats(
             journaled=self._journaled,
@@ -142,6 +143,7 @@ class Recorder:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
+        """Open the journal and start the writer: a spawned process, or a thread here."""
         self.journal.open()
         if self.process:
             assert self.database_url is not None

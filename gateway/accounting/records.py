@@ -71,6 +71,7 @@ class Record:
 
     @property
     def priced(self) -> bool:
+        """Whether a price entry priced this attempt."""
         return self.price_id is not None
 
     def to_json(self) -> bytes:
@@ -81,6 +82,7 @@ class Record:
 
     @classmethod
     def from_json(cls, line: bytes) -> Record:
+        """The record a journal line holds: the inverse of ``to_json``."""
         data = orjson.loads(line)
         data["started_at"] = datetime.fromisoformat(data["started_at"])
         data["ended_at"] = datetime.fromisoformat(data["ended_at"])

@@ -68,5 +68,6 @@ def breakers(
 
 
 def download_headers(name: str, start: date, end: date, fmt: str) -> dict[str, str]:
+    """Headers that save a statement as ``kvgate-statement-NAME-START-END.FMT``."""
     filename = f"kvgate-statement-{name}-{start}-{end}.{fmt}"
     return {"content-disposition": f'attachment; filename="{filename}"'}

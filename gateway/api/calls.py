@@ -36,6 +36,7 @@ SCHEMAS: dict[Endpoint, Shape] = {
 
 
 def parse_body(raw: bytes | bytearray, limit: int) -> dict[str, Any]:
+    """The body as a JSON object; BodyTooLarge past ``limit`` bytes, InvalidRequest if not one."""
     if len(raw) > limit:
         raise BodyTooLarge(f"request body of {len(raw)} bytes exceeds the limit of {limit}")
     if not raw:

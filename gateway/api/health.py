@@ -30,6 +30,7 @@ def healthz(request: Request) -> dict[str, object]:
 
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
+    """The Prometheus exposition, the live gauges refreshed first."""
     state = request.app.state
     state.refresh_gauges()
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

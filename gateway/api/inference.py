@@ -131,26 +131,32 @@ def context_of(
 
 
 async def chat_completions(request: Request) -> Response:
+    """Answer ``POST /v1/chat/completions``: a chat completion, billed."""
     return await _inference(request, Endpoint.CHAT)
 
 
 async def completions(request: Request) -> Response:
+    """Answer ``POST /v1/completions``: a text completion, billed."""
     return await _inference(request, Endpoint.COMPLETIONS)
 
 
 async def embeddings(request: Request) -> Response:
+    """Answer ``POST /v1/embeddings``: embeddings, billed for their prompt tokens."""
     return await _inference(request, Endpoint.EMBEDDINGS)
 
 
 async def responses(request: Request) -> Response:
+    """Answer ``POST /v1/responses``: OpenAI's Responses API, billed."""
     return await _inference(request, Endpoint.RESPONSES)
 
 
 async def messages(request: Request) -> Response:
+    """Answer ``POST /v1/messages``: Anthropic's Messages API, billed."""
     return await _inference(request, Endpoint.MESSAGES)
 
 
 async def count_tokens(request: Request) -> Response:
+    """Answer ``POST /v1/messages/count_tokens``: a prompt's token count, not billed."""
     return await _inference(request, Endpoint.COUNT_TOKENS)
 
 

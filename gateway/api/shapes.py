@@ -85,10 +85,12 @@ class Shape:
         object.__setattr__(self, "done", frozenset(done))
 
     def accepts(self, kind: Kind) -> bool:
+        """Whether a value of ``kind`` fits; an integer fits where a number may be."""
         return kind in self.kinds or (kind is Kind.INTEGER and Kind.NUMBER in self.kinds)
 
 
 def string(*choices: str) -> Shape:
+    """The shape of a JSON string; with ``choices``, only one of them."""
     if not choices:
         return Shape(frozenset({Kind.STRING}), "a string")
     listed = ", ".join(f"'{c}'" for c in choices)
@@ -96,14 +98,17 @@ def string(*choices: str) -> Shape:
 
 
 def boolean() -> Shape:
+    """The shape of a JSON boolean."""
     return Shape(frozenset({Kind.BOOLEAN}), "a boolean")
 
 
 def number() -> Shape:
+    """The shape of a JSON number, an integer included."""
     return Shape(frozenset({Kind.NUMBER}), "a number")
 
 
 def integer(minimum: int | None = None, maximum: int | None = None) -> Shape:
+    """The shape of a JSON integer, within ``minimum``..``maximum`` where given."""
     what = "an integer"
     if minimum is not None and maximum is not None:
         what = f"an integer between {minimum} and {maximum}"
@@ -111,10 +116,12 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Shape:
 
 
 def array(items: Shape, what: str, *, min_items: int = 0, uniform: bool = False) -> Shape:
+    """An array of ``items``, at least ``min_items`` long (``uniform``: all of one JSON type)."""
     return Shape(frozenset({Kind.ARRAY}), what, items=items, min_items=min_items, uniform=uniform)
 
 
 def obj(fields: Mapping[str, Shape], *, required: tuple[str, ...] = (), what: str = "") -> Shape:
+    """The shape of a JSON object with these ``fields``, the ``required`` ones present."""
     return Shape(
         frozenset({Kind.OBJECT}),
         what or "an object",

@@ -75,6 +75,7 @@ class BudgetList(BaseModel):
 
 
 def budget_out(session: Session, budget: Budget, at: datetime) -> BudgetOut:
+    """The budget as the API shows it at ``at``: its period, and spend unless per interaction."""
     out = BudgetOut(
         id=budget.id,
         scope=str(budget.scope),
@@ -171,6 +172,7 @@ class LimitList(BaseModel):
 
 
 def limit_out(limit: RateLimit) -> LimitOut:
+    """The rate limit as the API shows it."""
     return LimitOut(
         id=limit.id,
         scope=str(limit.scope),

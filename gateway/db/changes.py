@@ -83,6 +83,7 @@ def listener_name(kinds: Iterable[str]) -> str:
 
 
 def kinds_listened(application_name: str) -> set[str]:
+    """The kinds a connection's ``application_name`` listens for; none unless a listener's."""
     prefix, _, kinds = application_name.partition(" ")
     return set(kinds.split(",")) if prefix == LISTENER and kinds else set()
 

@@ -38,6 +38,7 @@ def tenant_named(session: Session, name: str) -> TenantRow | None:
 
 
 def create_tenant(session: Session, *, name: str, cache_group: str | None = None) -> TenantRow:
+    """Add a tenant under a new id; InvalidRequest if its name is unprintable or taken."""
     if not name or not name.isprintable():
         raise InvalidRequest(f"a tenant's name is printable characters, not {name!r}")
     if tenant_named(session, name) is not None:
@@ -50,6 +51,7 @@ def create_tenant(session: Session, *, name: str, cache_group: str | None = None
 
 
 def get_tenant(session: Session, *, name: str) -> TenantRow:
+    """The tenant named ``name``; NotFound if there is none."""
     tenant = tenant_named(session, name)
     if tenant is None:
         raise NotFound(f"no tenant named {name!r}")
@@ -259,6 +261,7 @@ def add_prices(session: Session, *, prices: Iterable[Price]) -> PriceSync:
 
 
 def price_book(session: Session) -> PriceBook:
+    """Every price entry in the database, as a price book."""
     return PriceBook(price_from_row(row) for row in session.scalars(select(PriceRow)))
 
 

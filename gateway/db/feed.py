@@ -36,13 +36,24 @@ LISTEN_POLL_S = 0.5  # how soon the listening thread sees that it should stop
 class Feed(Protocol):
     """What the directory needs of a change feed, whatever the database."""
 
-    def watch(self, mirror: Mirror[Any]) -> None: ...
-    async def start(self) -> None: ...
-    async def ready(self, timeout_s: float) -> bool: ...
-    def check(self) -> None: ...
-    async def stop(self) -> None: ...
+    def watch(self, mirror: Mirror[Any]) -> None:
+        """Keep ``mirror`` current with the changes to its kind."""
+
+    async def start(self) -> None:
+        """Start following changes."""
+
+    async def ready(self, timeout_s: float) -> bool:
+        """Whether the feed has caught up with the database, waiting up to ``timeout_s``."""
+
+    def check(self) -> None:
+        """Reload, before a use, what changed since the last check (where nothing is pushed)."""
+
+    async def stop(self) -> None:
+        """Stop following changes."""
+
     @property
-    def connected(self) -> bool: ...
+    def connected(self) -> bool:
+        """Whether the feed has its database connection now."""
 
 
 def make_feed(engine: Engine) -> Feed:
@@ -69,12 +80,15 @@ class PostgresFeed:
 
     @property
     def connected(self) -> bool:
+        """Whether the listening connection is up now."""
         return self._connected
 
     def watch(self, mirror: Mirror[Any]) -> None:
+        """Reload ``mirror`` whenever a change to its kind is notified."""
         self._mirrors[mirror.kind] = mirror
 
     async def start(self) -> None:
+        """Start the listening thread; ``ready`` says when it has caught up."""
         self._loop = asyncio.get_running_loop()
         self._synced = asyncio.Event()
         self._thread = threading.Thread(target=self._listen, name="kvgate-changes", daemon=True)
@@ -91,6 +105,7 @@ class PostgresFeed:
         """Nothing to do: notifications arrive by themselves."""
 
     async def stop(self) -> None:
+        """Stop the listening thread (waiting a little for it) and cancel reloads under way."""
         self._stopping.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, LISTEN_POLL_S * 4)
@@ -220,16 +235,20 @@ class SqliteFeed:
 
     @property
     def connected(self) -> bool:
+        """Whether the connection to the file is open now."""
         return self._connection is not None
 
     def watch(self, mirror: Mirror[Any]) -> None:
+        """Reload ``mirror`` whenever a check finds its kind changed."""
         self._mirrors[mirror.kind] = mirror
 
     async def start(self) -> None:
+        """Connect, and start the loop that reconnects and checks an idle process."""
         self._connect()
         self._task = asyncio.ensure_future(self._keep_checking())
 
     async def ready(self, timeout_s: float) -> bool:
+        """Whether the connection is open: no wait, each check catches up by itself."""
         return self.connected
 
     def check(self) -> None:
@@ -257,6 +276,7 @@ class SqliteFeed:
                     self._version = None
 
     async def stop(self) -> None:
+        """Stop the checking loop and drop the connection."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

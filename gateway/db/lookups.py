@@ -60,6 +60,7 @@ class RequestLine:
 
     @property
     def priced(self) -> bool:
+        """Whether a price entry priced this attempt."""
         return self.price_id is not None
 
 
@@ -129,4 +130,5 @@ def attempts(session: Session, *, request_or_interaction_id: str) -> list[Reques
 
 
 def tenant_row(session: Session, tenant_id: str) -> TenantRow | None:
+    """The tenant with id ``tenant_id``, or None."""
     return session.get(TenantRow, tenant_id)

@@ -48,12 +48,14 @@ class Money(TypeDecorator[Decimal]):
     cache_ok = True
 
     def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Decimal | int | None:
+        """The amount as stored: integer nano-units on SQLite, else quantized to the nano."""
         if value is None:
             return None
         value = Decimal(value).quantize(NANO)
         return int(value * NANOS) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: object, dialect: Dialect) -> Decimal | None:
+        """The stored amount as a Decimal, to the nano."""
         if value is None:
             return None
         if dialect.name == "sqlite":
@@ -71,6 +73,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The moment as stored, in UTC (naive on SQLite); ValueError if it is naive."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -79,6 +82,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The stored moment as an aware UTC datetime."""
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -76,6 +76,7 @@ def _insert(session: Session, table: Any) -> Any:
 
 
 def budget_of(row: BudgetRow) -> Budget:
+    """The budget a budget row holds."""
     return Budget(
         id=row.id,
         scope=Scope(ScopeKind(row.scope_kind), row.scope_value),
@@ -169,6 +170,7 @@ class Charge:
 
     @property
     def key(self) -> tuple[str, str, datetime]:
+        """The counter charged: budget, subject and period start."""
         return (self.budget_id, self.subject, self.period_start)
 
 
@@ -372,6 +374,7 @@ def alerts(session: Session, *, budget_id: str) -> list[BudgetAlertRow]:
 
 
 def limit_of(row: RateLimitRow) -> RateLimit:
+    """The rate limit a rate limit row holds."""
     return RateLimit(
         id=row.id,
         scope=Scope(ScopeKind(row.scope_kind), row.scope_value),
@@ -418,11 +421,13 @@ def set_limit(
 
 
 def list_limits(session: Session) -> list[RateLimit]:
+    """Every rate limit, oldest first."""
     query = select(RateLimitRow).order_by(RateLimitRow.created_at, RateLimitRow.id)
     return [limit_of(row) for row in session.scalars(query)]
 
 
 def delete_limit(session: Session, *, limit_id: str) -> RateLimit:
+    """Delete the rate limit and its windows, telling every gateway; the limit as it was."""
     row = session.get(RateLimitRow, limit_id)
     if row is None:
         raise NotFound(f"no rate limit with id {limit_id!r}")
@@ -434,6 +439,7 @@ def delete_limit(session: Session, *, limit_id: str) -> RateLimit:
 
 
 def load_limits(session: Session) -> tuple[int, tuple[RateLimit, ...]]:
+    """The limits' revision, and every rate limit as of it."""
     return changes.revision(session, LIMITS), tuple(list_limits(session))
 
 

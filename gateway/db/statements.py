@@ -106,6 +106,7 @@ class LineItem:
 
     @property
     def priced(self) -> bool:
+        """Whether a price entry priced these requests."""
         return self.price_id is not None
 
 
@@ -229,6 +230,7 @@ class Completed:
 
     @property
     def unpriced(self) -> int:
+        """Completed interactions that no priced attempt completed."""
         return self.interactions - self.priced
 
 
@@ -246,4 +248,5 @@ def period_completed(
 
 
 def tenant_by_id(session: Session, tenant_id: str) -> TenantRow | None:
+    """The tenant with id ``tenant_id``, or None."""
     return session.get(TenantRow, tenant_id)

@@ -62,6 +62,7 @@ class Sums:
 
     @property
     def prompt_tokens(self) -> int:
+        """Prompt tokens of every class: uncached, cache read and cache write."""
         return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     @property

@@ -149,6 +149,7 @@ class Directory:
             failing = False
 
     async def stop(self) -> None:
+        """Cancel the directory's tasks, then stop the change feed and the snapshot writer."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -31,10 +31,12 @@ PRICES = "prices.json"
 
 
 def snapshot_directory(journal_dir: Path) -> Path:
+    """Where the snapshots are kept: ``snapshot`` in the journal directory."""
     return journal_dir / "snapshot"
 
 
 def keys_document(keys: Mapping[str, Principal]) -> dict[str, Any]:
+    """The keys snapshot's document: each key hash to its principal's fields."""
     return {
         digest: {
             "tenant_id": p.tenant_id,
@@ -48,6 +50,7 @@ def keys_document(keys: Mapping[str, Principal]) -> dict[str, Any]:
 
 
 def keys_from(document: Mapping[str, Any]) -> dict[str, Principal]:
+    """The principals a keys snapshot document holds, by key hash."""
     return {digest: Principal(**fields) for digest, fields in document.items()}
 
 
@@ -67,6 +70,7 @@ def price_document(price: Price) -> dict[str, Any]:
 
 
 def prices_from(document: list[Mapping[str, Any]]) -> PriceBook:
+    """The price book a prices snapshot document holds."""
     return PriceBook(price_from_mapping(entry) for entry in document)
 
 
@@ -145,6 +149,7 @@ class SnapshotWriter:
         self.written = 0
 
     def start(self) -> None:
+        """Start the writing thread."""
         self._thread.start()
 
     def save(self, name: str, entries: Callable[[], Any]) -> None:

@@ -63,9 +63,11 @@ class TextHasher:
 
     @property
     def block_tokens(self) -> int:
+        """Tokens one chunk stands for (at least one)."""
         return max(1, round(self.chunk_chars / self.chars_per_token))
 
     def hashes(self, text: str, *, root: int) -> Sequence[int]:
+        """The text's chain of chunk hashes, salted by ``root``."""
         return text_block_hashes(text, chunk_chars=self.chunk_chars, root=root)
 
 

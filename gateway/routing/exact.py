@@ -242,6 +242,7 @@ class RoutingIndex:
 
     @property
     def fresh_replicas(self) -> frozenset[str]:
+        """The replicas whose event streams are complete up to now."""
         return frozenset(self._fresh)
 
     # -- KvEventSink: the exact index, and predictions confirmed -----------------------
@@ -257,20 +258,24 @@ class RoutingIndex:
     def block_removed(
         self, replica: str, hashes: Sequence[int], *, medium: str | None = None
     ) -> None:
+        """The replica evicted blocks: held exactly no more."""
         self.exact.block_removed(replica, hashes, medium=medium)
 
     def all_blocks_cleared(self, replica: str) -> None:
+        """The replica cleared its cache: nothing held or predicted there."""
         self.exact.all_blocks_cleared(replica)
         self.predicted.forget(replica)
 
     # -- what the router asks ----------------------------------------------------------
 
     def match(self, replica: str, hashes: Sequence[int]) -> int:
+        """Leading blocks the replica holds: exact and predicted if fresh, else approximate."""
         if replica in self._fresh:
             return self._union(replica, hashes, self.exact.match(replica, hashes))
         return self.approximate.match(replica, hashes)
 
     def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
+        """Leading blocks held per replica, each counted as ``match`` counts them."""
         fresh = self._fresh
         if not fresh:
             return self.approximate.match_all(hashes)

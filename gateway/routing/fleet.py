@@ -226,6 +226,7 @@ class Fleet:
         self.index.forget(replica.url)
 
     def mark_up(self, replica: Replica) -> None:
+        """Put the replica back in rotation, its failures forgotten."""
         if replica.down_until:
             log.info("replica %s of %s back in rotation", replica.url, self.name)
         replica.failures = 0

@@ -49,13 +49,16 @@ class KvEventSink(Protocol):
 
     def block_stored(
         self, replica: str, hashes: Sequence[int], *, medium: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """The replica stored these blocks (in ``medium``, where the event says)."""
 
     def block_removed(
         self, replica: str, hashes: Sequence[int], *, medium: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """The replica removed these blocks (from ``medium``, where the event says)."""
 
-    def all_blocks_cleared(self, replica: str) -> None: ...
+    def all_blocks_cleared(self, replica: str) -> None:
+        """The replica cleared its whole cache."""
 
 
 class ApproximateIndex:

@@ -104,6 +104,7 @@ class KvEventConsumer:
         return self._task
 
     async def stop(self) -> None:
+        """Stop consuming, and destroy the ZMQ context if it is this consumer's own."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

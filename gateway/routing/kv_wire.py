@@ -68,10 +68,12 @@ class EventBatch:
 
 
 def seq_bytes(seq: int) -> bytes:
+    """A sequence number as its frame: 8 bytes, big-endian, signed."""
     return seq.to_bytes(8, "big", signed=True)
 
 
 def read_seq(raw: bytes) -> int:
+    """The sequence number a frame holds; WireError unless it is 8 bytes."""
     if len(raw) != 8:
         raise WireError(f"sequence frame of {len(raw)} bytes, expected 8")
     return int.from_bytes(raw, "big", signed=True)

@@ -66,6 +66,7 @@ def encode(
     reported: int = 0,
     predicted: int = 0,
 ) -> bytes:
+    """One datagram for the peers: a header, both names, and at most MAX_HASHES hashes."""
     names = deployment.encode() + replica.encode()
     header = _HEADER.pack(
         kind, len(deployment.encode()), len(replica.encode()), reported, predicted
@@ -74,6 +75,7 @@ def encode(
 
 
 def decode(data: bytes) -> tuple[int, str, str, array[int], int, int]:
+    """The kind, deployment, replica, hashes, reported and predicted a datagram holds."""
     kind, dlen, rlen, reported, predicted = _HEADER.unpack_from(data)
     start = _HEADER.size
     deployment = data[start : start + dlen].decode()
@@ -99,6 +101,7 @@ class PeerLink:
 
     @property
     def peers(self) -> int:
+        """How many other workers' sockets changes are sent to."""
         return len(self._peers)
 
     @property
@@ -109,6 +112,7 @@ class PeerLink:
         return all(int(Path(peer).name.split("-", 1)[0]) > mine for peer in self._peers)
 
     def open(self) -> None:
+        """Bind this worker's socket, find the others', and tell them this worker started."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # a dead process of the same pid left it
@@ -124,6 +128,7 @@ class PeerLink:
         self._send(encode(HELLO, "", "", ()))
 
     def close(self) -> None:
+        """Stop reading, close the socket and remove its file."""
         if self._socket is None:
             return
         with contextlib.suppress(Exception):
@@ -149,12 +154,14 @@ class PeerLink:
     # -- sending --------------------------------------------------------------------------
 
     def placed(self, deployment: str, replica: str, hashes: Sequence[int]) -> None:
+        """Tell the other workers that a prompt's blocks were placed on the replica."""
         if self._peers:
             self._send(encode(PLACED, deployment, replica, hashes))
 
     def corrected(
         self, deployment: str, replica: str, hashes: Sequence[int], reported: int, predicted: int
     ) -> None:
+        """Tell the other workers the replica reported other cached blocks than predicted."""
         if self._peers:
             self._send(encode(CORRECTED, deployment, replica, hashes, reported, predicted))
 

@@ -107,6 +107,7 @@ class Tally:
         self._scheduled = False
 
     def add(self, loop: asyncio.AbstractEventLoop, reason: str) -> None:
+        """Count a connection cut for ``reason``; the first of a window schedules its flush."""
         self.counts[reason] += 1
         if not self._scheduled:
             self._scheduled = True
@@ -153,6 +154,7 @@ class GuardedProtocol(HttpToolsProtocol):
     # -- connection -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Serve a new connection, timing its head; over the cap, refuse it instead."""
         if len(self.connections) >= self.limits.max_connections:
             self._refusing = True
             self.transport = transport
@@ -163,6 +165,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._watch()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Cancel the deadline timer; a served connection's loss goes on to uvicorn."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -171,6 +174,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        """Feed the parser (a refused connection is answered instead); a head too large is cut."""
         if self._refusing:
             self._refuse()
             return
@@ -202,6 +206,7 @@ class GuardedProtocol(HttpToolsProtocol):
     # -- parser callbacks -----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        """A head begins: measure it anew, and time it (the first from the connection)."""
         super().on_message_begin()
         if self._phase != _HEAD:  # the first head is timed from the connection
             self._phase = _HEAD
@@ -209,6 +214,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
 
     def on_headers_complete(self) -> None:
+        """The head is whole: cut it if too large, else time the body."""
         limit = self.limits.max_header_bytes
         # Only a head that could be too large is measured (the reads so far bound it).
         if self._head_bytes + self._chunk > limit and self._head_size() > limit:
@@ -219,6 +225,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        """The request is read: no deadline until the next head begins."""
         self._phase = _IDLE
         super().on_message_complete()
 

@@ -48,6 +48,7 @@ ZERO = Decimal(0)
 
 
 def now() -> datetime:
+    """The time now, in UTC."""
     return datetime.now(UTC)
 
 
@@ -67,6 +68,7 @@ class Admitted:
 
     @property
     def holds(self) -> bool:
+        """Whether it holds anything to settle: budget charges, leased slices or rate limits."""
         return bool(self.charges or self.leased or self.limits)
 
     def add(self, record: Record) -> None:

@@ -160,6 +160,7 @@ class HostedStream:
         return replies.stream_ending(self.usage_chunk, record, with_usage=with_usage)
 
     def error_event(self, error: KvgateError) -> bytes:
+        """The event that ends the stream when it breaks after its first byte."""
         return replies.stream_error(error)
 
     async def close(self) -> None:

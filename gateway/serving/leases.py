@@ -58,6 +58,7 @@ class Lease:
 
     @property
     def available(self) -> Decimal:
+        """What this slice can still admit: held, less used and spent."""
         return self.held - self.used - self.spent
 
     def want(self, now: float) -> Decimal:

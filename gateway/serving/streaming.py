@@ -41,6 +41,7 @@ class EventStream(Response):
         self.init_headers({**SSE_HEADERS, **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the events; a client that leaves ends the stream quietly; ``ended`` runs last."""
         sending = asyncio.current_task()
         assert sending is not None
         left = False

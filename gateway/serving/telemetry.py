@@ -135,6 +135,7 @@ class Telemetry:
         self.dropped = 0
 
     def start(self) -> None:
+        """Start the exporting thread."""
         self._thread.start()
         log.info("OpenTelemetry: a span per attempt to %s", self.url)
 

@@ -316,6 +316,7 @@ class VllmStream:
         return replies.stream_ending(self.usage_chunk, record, with_usage=with_usage)
 
     def error_event(self, error: KvgateError) -> bytes:
+        """The event that ends the stream when it breaks after its first byte."""
         return replies.stream_error(error)
 
     async def close(self) -> None:

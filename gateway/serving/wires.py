@@ -62,6 +62,7 @@ class Wire:
         return _dict(upstream)
 
     def finish_reason(self, body: dict[str, Any]) -> str | None:
+        """Why the answer ended; None for answers that do not say."""
         return None
 
     def outcome(self, body: dict[str, Any]) -> Outcome:
@@ -91,9 +92,11 @@ class EmbeddingsWire(Wire):
     """``/v1/embeddings``: ``usage.prompt_tokens`` (vLLM reports no cached tokens here)."""
 
     def usage(self, upstream: Any) -> Usage:
+        """The answer's usage, as kvgate counts tokens."""
         return from_openai(upstream if isinstance(upstream, dict) else None)
 
     def billed_usage(self, upstream: Any, record: Record) -> dict[str, Any]:
+        """The upstream's usage with the billed prompt and total tokens, and the cost."""
         usage = _dict(upstream)
         usage["prompt_tokens"] = record.usage.prompt_tokens
         usage["total_tokens"] = record.usage.total_tokens
@@ -108,9 +111,11 @@ class ResponsesWire(Wire):
     TERMINAL = frozenset({b"response.completed", b"response.incomplete", b"response.failed"})
 
     def usage(self, upstream: Any) -> Usage:
+        """The Responses usage, as kvgate counts tokens."""
         return from_responses(upstream if isinstance(upstream, dict) else None)
 
     def billed_usage(self, upstream: Any, record: Record) -> dict[str, Any]:
+        """The upstream's usage rewritten to the billed tokens, with the cost."""
         billed, usage = record.usage, _dict(upstream)
         usage["input_tokens"] = billed.prompt_tokens
         details = _dict(usage.get("input_tokens_details"))
@@ -127,6 +132,7 @@ class ResponsesWire(Wire):
         return usage
 
     def finish_reason(self, body: dict[str, Any]) -> str | None:
+        """The reason the response is incomplete, if it says one; else its status."""
         incomplete = body.get("incomplete_details")
         if isinstance(incomplete, dict) and isinstance(incomplete.get("reason"), str):
             return str(incomplete["reason"])
@@ -141,9 +147,11 @@ class MessagesWire(Wire):
     HELD = frozenset({b"message_delta", b"message_stop"})
 
     def usage(self, upstream: Any) -> Usage:
+        """The Messages usage (as vLLM reports it), as kvgate counts tokens."""
         return from_vllm_anthropic(upstream if isinstance(upstream, dict) else None)
 
     def billed_usage(self, upstream: Any, record: Record) -> dict[str, Any]:
+        """The upstream's usage rewritten to the billed token classes, with the cost."""
         billed, usage = record.usage, _dict(upstream)
         usage["input_tokens"] = billed.uncached_tokens
         usage["cache_read_input_tokens"] = billed.cache_read_tokens
@@ -154,10 +162,12 @@ class MessagesWire(Wire):
         return usage
 
     def finish_reason(self, body: dict[str, Any]) -> str | None:
+        """The answer's ``stop_reason``, if it has one."""
         reason = body.get("stop_reason")
         return reason if isinstance(reason, str) else None
 
     def error_event(self, error: KvgateError) -> bytes:
+        """An error as Anthropic's ``event: error`` server-sent event."""
         data = {"type": "error", "error": {"type": anthropic_type(error), "message": error.message}}
         return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -293,6 +303,7 @@ class WireStream:
         return b"".join(out)
 
     def error_event(self, error: KvgateError) -> bytes:
+        """The error as the wire's own error event."""
         return self.wire.error_event(error)
 
     async def close(self) -> None:

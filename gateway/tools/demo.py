@@ -90,6 +90,7 @@ def tenant_key(settings: Settings, name: str, key_file: Path) -> str:
 
 
 def wait_ready(url: str, timeout_s: float = 30.0) -> None:
+    """Poll ``url`` until it answers 200; RuntimeError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
@@ -159,6 +160,7 @@ def run_demo(
     workdir: Path,
     dashboard_port: int = 8501,
 ) -> None:
+    """Run the demo: database, simulated replicas, dashboard and workload, the gateway in front."""
     import uvicorn
 
     from dashboard.launcher import command as dashboard_command

@@ -75,6 +75,7 @@ NO_KEY = "kvgate-no-key-configured"
 
 
 def now() -> datetime:
+    """The time now, in UTC."""
     return datetime.now(UTC)
 
 
@@ -137,6 +138,7 @@ def service_tier(data: Mapping[str, Any]) -> str | None:
 
 
 def cache_marks(ttl: str) -> dict[str, str]:
+    """The ``cache_control`` for a TTL: ephemeral, with ``ttl`` unless it is the default 5m."""
     return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
 
 
@@ -214,6 +216,7 @@ class ProviderStream:
     _estimate: int = field(default=0)
 
     async def start(self) -> None:
+        """Wait for the first chunk, so that a provider's failure raises before any response."""
         self._estimate = prompt_estimate(self.request.body)
         try:
             self.first = await self.source.__anext__()
@@ -378,6 +381,7 @@ class Providers:
 
     @property
     def version(self) -> str:
+        """The installed litellm's version."""
         from importlib.metadata import version
 
         return version("litellm")
@@ -406,6 +410,7 @@ class Providers:
         return arguments
 
     async def complete(self, request: ProviderRequest) -> Reply:
+        """One completion, not streamed, usage normalised; provider errors raised as kvgate's."""
         litellm = self.load()
         try:
             response = await litellm.acompletion(**self.arguments(request))
@@ -426,6 +431,7 @@ class Providers:
         )
 
     async def open_stream(self, request: ProviderRequest) -> ProviderStream:
+        """A streamed completion, its first chunk read; provider errors raised as kvgate's."""
         litellm = self.load()
         try:
             source = await litellm.acompletion(**self.arguments(request))

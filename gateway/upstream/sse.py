@@ -33,6 +33,7 @@ class EventSplitter:
         self._buffer = b""
 
     def feed(self, data: bytes) -> Iterator[bytes]:
+        """The events this data completes, in order; the rest waits for more (CRLF read as LF)."""
         self._buffer += data
         if b"\r" in self._buffer:
             # CRLF read as LF over the whole buffer: a CRLF can straddle two reads (a CR
@@ -46,6 +47,7 @@ class EventSplitter:
             yield event
 
     def rest(self) -> bytes:
+        """Whatever is buffered after the last whole event, taken out."""
         rest, self._buffer = self._buffer, b""
         return rest
 
@@ -103,4 +105,5 @@ def _role_only(data: bytes) -> bool:
 
 
 def encode(chunk: dict[str, Any]) -> bytes:
+    """A chunk as one server-sent ``data:`` event."""
     return b"data: " + orjson.dumps(chunk) + b"\n\n"

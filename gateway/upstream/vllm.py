@@ -25,6 +25,7 @@ class UpstreamConnectError(UpstreamError):
 
 
 def make_session(*, limit: int = 0) -> aiohttp.ClientSession:
+    """A pooled session for upstream calls, of at most ``limit`` connections (0: no limit)."""
     connector = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, keepalive_timeout=60)
     return aiohttp.ClientSession(
         connector=connector,
@@ -73,6 +74,7 @@ class UpstreamStream:
         self.url = url
 
     async def open(self) -> int:
+        """Send the request; the reply's status, or UpstreamConnectError / UpstreamError."""
         try:
             self._reply = await self._context.__aenter__()
         except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
@@ -84,10 +86,12 @@ class UpstreamStream:
         return self._reply.status
 
     async def read_all(self) -> bytes:
+        """The whole reply body."""
         assert self._reply is not None
         return await self._reply.read()
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive; a timeout or a break raises UpstreamError."""
         assert self._reply is not None
         try:
             async for data in self._reply.content.iter_any():
@@ -98,6 +102,7 @@ class UpstreamStream:
             raise UpstreamError(f"upstream stream broke: {self.url}: {exc}") from exc
 
     async def close(self) -> None:
+        """Close the reply's connection, which cancels the upstream request."""
         if self._reply is not None:
             self._reply.close()  # closes the connection: cancels the upstream request
             self._reply = None

@@ -59,6 +59,7 @@ class ReplicaFigures:
 
     @property
     def hit_rate(self) -> Decimal | None:
+        """Cache-read tokens over prompt tokens; None without prompt tokens."""
         return ratio(self.cache_read_tokens, self.prompt_tokens)
 
     @property
@@ -68,6 +69,7 @@ class ReplicaFigures:
 
     @property
     def ceiling_rate(self) -> Decimal | None:
+        """The best hit rate a router could have got, over the requests that carry a ceiling."""
         return ratio(self.ceiling_cached_tokens, self.ceiling_prompt_tokens)
 
     @property

@@ -114,6 +114,7 @@ class Figures:
 
     @property
     def prompt_tokens(self) -> int:
+        """Prompt tokens of every class: uncached, cache read and cache write."""
         return self.sums.prompt_tokens
 
     @property
@@ -144,6 +145,7 @@ class Figures:
 
     @property
     def unpriced_completed_interactions(self) -> int:
+        """Completed interactions that no priced attempt completed."""
         return self.completed_interactions - self.priced_completed_interactions
 
     @property

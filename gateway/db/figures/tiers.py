@@ -34,6 +34,7 @@ class TierFigures:
 
     @property
     def gpu_tokens(self) -> int:
+        """Cached tokens found in GPU memory: those read from neither host nor disk."""
         return self.cached_tokens - self.host_tokens - self.disk_tokens
 
     def share(self, tokens: int) -> Decimal | None:

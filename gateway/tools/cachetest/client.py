@@ -101,6 +101,7 @@ class Endpoint:
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """The open session; RuntimeError outside ``async with``."""
         if self._session is None:
             raise RuntimeError("Endpoint used outside `async with`")
         return self._session

@@ -31,10 +31,12 @@ class ColdWarm:
 
     @property
     def cold(self) -> list[Outcome]:
+        """Each pair's cold outcome, in order."""
         return [p.cold for p in self.pairs]
 
     @property
     def warm(self) -> list[Outcome]:
+        """Each pair's warm outcome, in order."""
         return [p.warm for p in self.pairs]
 
     def spends(self, price: TokenPrice | None) -> tuple[Spend, Spend]:

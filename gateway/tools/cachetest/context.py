@@ -26,6 +26,7 @@ class Context:
 
     @property
     def plan(self) -> Plan:
+        """The run's test plan."""
         return self.config.plan
 
     def fresh(self) -> int:

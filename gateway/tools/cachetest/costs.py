@@ -34,6 +34,7 @@ class Spend:
 
     @property
     def token_hit_rate(self) -> float:
+        """Cached tokens over prompt tokens; 0.0 without prompt tokens."""
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     @property

@@ -44,6 +44,7 @@ class Eviction:
 
     @property
     def baseline(self) -> float:
+        """The hit rate at the smallest working set; 0.0 with none."""
         return self.sizes[0].hit_rate if self.sizes else 0.0
 
     def gone(self, size: WorkingSet) -> bool:

@@ -51,6 +51,7 @@ class Ceiling:
 
     @property
     def rate(self) -> float:
+        """The share of prompt tokens a cache could have served; 0.0 without prompt tokens."""
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 

@@ -52,6 +52,7 @@ class LiveOutcome:
 
     @property
     def ok(self) -> bool:
+        """Whether the request was answered 200, with no error."""
         return self.status == 200 and self.error is None
 
 
@@ -251,6 +252,7 @@ class RecordTotals:
     cost_total: Decimal
 
     def minus(self, before: RecordTotals) -> RecordTotals:
+        """The totals recorded since ``before``."""
         return RecordTotals(
             self.requests - before.requests,
             self.prompt_tokens - before.prompt_tokens,
@@ -260,6 +262,7 @@ class RecordTotals:
 
     @property
     def token_hit_rate(self) -> float:
+        """Cache-read tokens over prompt tokens; 0.0 without prompt tokens."""
         return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 

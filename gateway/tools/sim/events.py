@@ -95,6 +95,7 @@ class EventPublisher:
             self._task = asyncio.ensure_future(self._serve_replay())
 
     async def close(self) -> None:
+        """Stop the replay task, close both sockets and end the ZMQ context."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

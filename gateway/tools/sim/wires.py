@@ -122,11 +122,13 @@ class ResponseStore:
         self._stored: OrderedDict[str, Stored] = OrderedDict()
 
     def put(self, response_id: str, stored: Stored) -> None:
+        """Store the response, dropping the oldest past ``size``."""
         self._stored[response_id] = stored
         while len(self._stored) > self.size:
             self._stored.popitem(last=False)
 
     def get(self, response_id: str) -> Stored:
+        """The stored response; ResponseNotFound, in vLLM's words, if there is none."""
         stored = self._stored.get(response_id)
         if stored is None:
             raise ResponseNotFound(f"Response with id '{response_id}' not found.")
@@ -178,9 +180,11 @@ class ResponseReply:
 
     @property
     def message_id(self) -> str:
+        """The output message's id, made from the response's."""
         return "msg_" + self.id.removeprefix("resp_")
 
     def response(self, status: str, text: str | None, usage: Any) -> dict[str, Any]:
+        """The response object with this status, output text and usage."""
         output = []
         if text is not None:
             part: dict[str, Any] = {
@@ -218,6 +222,7 @@ class ResponseReply:
         }
 
     def event(self, kind: str, **fields: Any) -> bytes:
+        """The stream's next event, numbered in sequence."""
         data = {"type": kind, "sequence_number": self.sequence, **fields}
         self.sequence += 1
         return f"event: {kind}\n".encode() + b"data: " + orjson.dumps(data) + b"\n\n"
@@ -254,6 +259,7 @@ class ResponseReply:
         )
 
     def delta(self, text: str) -> bytes:
+        """An output text delta event carrying ``text``."""
         return self.event(
             "response.output_text.delta",
             item_id=self.message_id,
@@ -299,6 +305,7 @@ def anthropic_usage(prompt: int, output: int, cached: int) -> dict[str, Any]:
 
 
 def anthropic_event(kind: str, data: dict[str, Any]) -> bytes:
+    """One Anthropic server-sent event: ``event: KIND``, and its data typed ``KIND``."""
     return f"event: {kind}\n".encode() + b"data: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
 
 
