@@ -27,6 +27,16 @@ test-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    chromium nginx libnginx-mod-stream >/dev/null; }
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; }
+	@$(MAKE) --no-print-directory $(NODE_STAMP)
+
+# The official openai Node SDK, pinned by its lock file, for the Node client test.
+NODE_CLIENT := tests/node
+NODE_STAMP := $(NODE_CLIENT)/node_modules/.installed
+$(NODE_STAMP): $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
+	npm ci --prefix $(NODE_CLIENT) --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
 
 # The whole suite, real vLLM included (PYTEST_ARGS='-m "not vllm"' leaves it out).
 test: install test-deps vllm-venv

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -181,6 +185,42 @@ def test_responses_stream_relays_the_event_sequence_and_bills_response_completed
     assert usage.input_tokens_details.cached_tokens == hit(prompt)
     assert Decimal(extra(usage, "cost")) == expected_cost(prompt, hit(prompt), 6)
     check_row(row_of(stack, request_id), "/v1/responses", prompt - hit(prompt), hit(prompt), 6)
+
+
+NODE_CLIENT = Path(__file__).parents[1] / "node"
+
+
+def test_the_openai_node_sdk_streams_responses_with_cached_tokens_and_their_cost(
+    stack: Stack,
+) -> None:
+    """The official openai Node SDK (tests/node, installed by make test-deps): a repeated
+    prompt streamed through ``responses.create`` reads its cache and is billed exactly."""
+    node = shutil.which("node")
+    assert node is not None and (NODE_CLIENT / "node_modules" / "openai").is_dir(), (
+        "the Node client is installed by make test-deps"
+    )
+    env = {**os.environ, "KVGATE_BASE_URL": stack.base_url, "KVGATE_API_KEY": stack.keys["alpha"]}
+    argv = [node, str(NODE_CLIENT / "responses_stream.mjs"), SOLO, SYSTEM, "node, streamed", "7"]
+    runs = [
+        json.loads(
+            subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=60, check=True
+            ).stdout
+        )
+        for _ in range(2)
+    ]
+    first, second = (run["completed"]["usage"] for run in runs)
+    prompt = first["input_tokens"]
+    assert first["input_tokens_details"]["cached_tokens"] == 0
+    assert second["input_tokens_details"]["cached_tokens"] == hit(prompt)
+    for run, usage, cached in ((runs[0], first, 0), (runs[1], second, hit(prompt))):
+        types = run["types"]
+        assert types[0] == "response.created" and types[-1] == "response.completed"
+        assert types.count("response.output_text.delta") == 7
+        assert run["completed"]["output"][0]["content"][0]["text"] == run["text"]
+        assert (usage["input_tokens"], usage["output_tokens"]) == (prompt, 7)
+        assert Decimal(usage["cost"]) == expected_cost(prompt, cached, 7)
+        check_row(row_of(stack, run["requestId"]), "/v1/responses", prompt - cached, cached, 7)
 
 
 def test_a_follow_up_goes_to_the_replica_that_stored_its_response(stack: Stack) -> None:
