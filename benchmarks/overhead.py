@@ -7,6 +7,7 @@ Concurrency 1 and 32, streaming and not: p50/p99 latency, requests/s, and the la
 gateway adds. Afterwards every request the load generator saw complete must have its record.
 
     .venv/bin/python benchmarks/overhead.py [--database-url postgresql://postgres@127.0.0.1:5432/test]
+    .venv/bin/python benchmarks/overhead.py --endpoints   # chat, responses, messages, embeddings
 """
 
 from __future__ import annotations
@@ -46,13 +47,29 @@ from tests.support.processes import (
 )
 
 MODEL = "kvgate/demo-llama-8b"
+SYSTEM = "You are a terse assistant for the overhead benchmark. " * 6
+ASK = "Say something short."
 BODY = {
     "model": MODEL,
     "max_tokens": 16,
-    "messages": [
-        {"role": "system", "content": "You are a terse assistant for the overhead benchmark. " * 6},
-        {"role": "user", "content": "Say something short."},
-    ],
+    "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK}],
+}
+# --endpoints: the same prompt on each wire the vLLM path serves (non-streaming).
+ENDPOINTS = {
+    "/v1/chat/completions": BODY,
+    "/v1/responses": {
+        "model": MODEL,
+        "instructions": SYSTEM,
+        "input": ASK,
+        "max_output_tokens": 16,
+    },
+    "/v1/messages": {
+        "model": MODEL,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": ASK}],
+        "max_tokens": 16,
+    },
+    "/v1/embeddings": {"model": MODEL, "input": SYSTEM + ASK},
 }
 
 
@@ -78,11 +95,16 @@ class Result:
 
 
 async def run(
-    url: str, key: str, *, stream: bool, concurrency: int, requests: int, request_ids: list[str]
+    url: str,
+    key: str,
+    *,
+    stream: bool,
+    concurrency: int,
+    requests: int,
+    request_ids: list[str],
+    body: dict[str, object] = BODY,
 ) -> Result:
-    body = dict(BODY, stream=stream)
-    if stream:
-        body["stream_options"] = {"include_usage": True}
+    body = dict(body, stream=True, stream_options={"include_usage": True}) if stream else body
     payload = orjson.dumps(body)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     latencies: list[float] = []
@@ -183,6 +205,12 @@ def main() -> None:
         help="a budget (never reached) on the benchmark tenant, admitted from the worker's "
         "lease; both: a rate limit (never reached) too, counted in the database per request",
     )
+    parser.add_argument(
+        "--endpoints",
+        action="store_true",
+        help="instead: each endpoint of the vLLM path (chat, responses, messages, embeddings), "
+        "non-streaming, c=1 and c=32, so their added p50 can be set beside chat's",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-overhead-"))
@@ -248,34 +276,48 @@ def main() -> None:
         pin(0, 1)
         results: list[tuple[str, int, bool, Result, Result, float]] = []
         gateway_ids: list[str] = []
-        for stream in (False, True):
+        scenarios = (
+            [(path, False, body) for path, body in ENDPOINTS.items()]
+            if args.endpoints
+            else [("/v1/chat/completions", stream, BODY) for stream in (False, True)]
+        )
+        for path, stream, body in scenarios:
             for concurrency in (1, 32):
                 n = args.requests if concurrency == 1 else args.requests * 2
                 direct = asyncio.run(
                     run(
-                        sim.url + "/v1/chat/completions",
+                        sim.url + path,
                         key,
                         stream=stream,
                         concurrency=concurrency,
                         requests=n,
                         request_ids=[],
+                        body=body,
                     )
                 )
                 own_before = own_cpu(gateway.process.pid)
-                mode = "stream" if stream else "json"
+                mode = (
+                    path.removeprefix("/v1/")
+                    if args.endpoints
+                    else ("stream" if stream else "json")
+                )
                 profiler = (
-                    flamegraph(gateway.process.pid, args.flamegraph / f"overhead-{mode}-c32.svg")
+                    flamegraph(
+                        gateway.process.pid,
+                        args.flamegraph / f"overhead-{mode.replace('/', '-')}-c32.svg",
+                    )
                     if args.flamegraph is not None and concurrency == 32
                     else None
                 )
                 through = asyncio.run(
                     run(
-                        gateway.url + "/v1/chat/completions",
+                        gateway.url + path,
                         key,
                         stream=stream,
                         concurrency=concurrency,
                         requests=n,
                         request_ids=gateway_ids,
+                        body=body,
                     )
                 )
                 # The gateway process alone (its writer child is reported apart).
@@ -302,19 +344,20 @@ def main() -> None:
             )
         engine.dispose()
 
+        width = max(7, *(len(r[0]) + 1 for r in results))
         print(
             f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
             f" journal sync {args.journal_sync}"
             + (f", spend control: {args.spend_control}" if args.spend_control else "")
         )
         print(
-            f"{'mode':<7}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
+            f"{'mode':<{width}}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
             f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
             f"{'CPU/req':>8} {'errors':>6}"
         )
         for mode, concurrency, _stream, direct, through, cpu_ms in results:
             print(
-                f"{mode:<7}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
+                f"{mode:<{width}}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
                 f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
                 f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
                 f"{cpu_ms:>6.2f}ms {direct.errors + through.errors:>6}"
