@@ -40,6 +40,25 @@ class Metrics:
         self.tokens = Counter(
             "kvgate_tokens", "Tokens by class", ["model", "token_class"], registry=r
         )
+        self.ceiling = Counter(
+            "kvgate_ceiling_cached_tokens",
+            "Prompt tokens the ceiling says any router could have served from cache (requests"
+            " whose router computed one: vLLM deployments)",
+            ["model"],
+            registry=r,
+        )
+        self.ceiling_prompt = Counter(
+            "kvgate_ceiling_prompt_tokens",
+            "Prompt tokens of the requests counted in kvgate_ceiling_cached_tokens",
+            ["model"],
+            registry=r,
+        )
+        self.ceiling_read = Counter(
+            "kvgate_ceiling_cache_read_tokens",
+            "Tokens read from cache by the requests counted in kvgate_ceiling_cached_tokens",
+            ["model"],
+            registry=r,
+        )
         self.cost = Counter("kvgate_cost_usd", "Cost in USD", ["model"], registry=r)
         self.saved = Counter(
             "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model"], registry=r
@@ -201,6 +220,11 @@ class Metrics:
                 series.cache_premium.inc(-saved)
         else:
             series.unpriced.inc()
+        if record.ceiling_cached_tokens is not None:
+            # Hit rate against the ceiling, over the same requests (Grafana's panel).
+            series.ceiling.inc(record.ceiling_cached_tokens)
+            series.ceiling_prompt.inc(usage.prompt_tokens)
+            series.ceiling_read.inc(usage.cache_read_tokens)
         if record.first_token_at is not None:
             series.ttft.observe((record.first_token_at - record.started_at).total_seconds())
         series.latency.observe((record.ended_at - record.started_at).total_seconds())
@@ -237,6 +261,9 @@ class _Series:
         self.cache_write = metrics.tokens.labels(model, "cache_write")
         self.output = metrics.tokens.labels(model, "output")
         self.cost = metrics.cost.labels(model)
+        self.ceiling = metrics.ceiling.labels(model)
+        self.ceiling_prompt = metrics.ceiling_prompt.labels(model)
+        self.ceiling_read = metrics.ceiling_read.labels(model)
         self.saved = metrics.saved.labels(model)
         self.cache_premium = metrics.cache_premium.labels(model)
         self.unpriced = metrics.unpriced.labels(model)
