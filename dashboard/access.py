@@ -6,8 +6,12 @@ nothing but this form reaches the browser. Without a password (development only:
 ``Settings.dashboard_refusal`` stops a production dashboard) everyone is the operator.
 
 The signed-in viewer lives in the session's state as a ``Viewer``: a browser can set
-widget values, never a Python object of this type. Issue 16's tenant view signs a tenant
-in with one of its API keys as ``Viewer(tenant_id=...)``, and pages scope by it.
+widget values, never a Python object of this type. The operator signs in with the
+password and sees every tenant. A tenant signs in with one of its active API keys (the
+form's second field; looked up by its hash, throttled like a password) as
+``Viewer(tenant_id=...)``: ``app.py`` then reads, lists and shows that tenant's data alone,
+leaves out the pages of fleet-wide figures, and signs the session out on the first run
+after the key is revoked.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -29,8 +33,10 @@ from gateway.config import Settings
 
 KEY = "kvgate.viewer"
 PASSWORD = "kvgate.password"
+API_KEY = "kvgate.api_key"
 LANDING = "kvgate.landing"
 WRONG = "That is not the dashboard password."
+WRONG_KEY = "That is not an active API key."
 log = logging.getLogger("kvgate.dashboard")
 
 
@@ -40,9 +46,12 @@ class Viewer:
 
     # None: every tenant's (the operator).
     tenant_id: str | None = None
+    key_id: str | None = None  # a tenant's: the API key it signed in with
 
 
 OPERATOR = Viewer()
+# A full API key → the viewer it signs in (its tenant), or None for no active key.
+KeyLookup = Callable[[str], Viewer | None]
 
 
 @st.cache_resource(show_spinner=False)
@@ -58,7 +67,7 @@ def password_matches(given: str, password: str) -> bool:
     )
 
 
-def viewer(settings: Settings) -> Viewer | None:
+def viewer(settings: Settings, find_key: KeyLookup) -> Viewer | None:
     """The session's viewer; None (the sign-in form drawn) until someone signs in."""
     password = settings.dashboard_password
     if password is None:
@@ -66,32 +75,50 @@ def viewer(settings: Settings) -> Viewer | None:
     current = st.session_state.get(KEY)
     if isinstance(current, Viewer):
         return current
-    sign_in(settings, password)
+    sign_in(settings, password, find_key)
     return None
 
 
-def sign_in(settings: Settings, password: str) -> None:
-    """The form, and one throttled comparison per submission."""
+def sign_in(settings: Settings, password: str, find_key: KeyLookup) -> None:
+    """The form, and one throttled check per submission: the password, else the API key."""
     gate = throttle(settings.dashboard_max_failures, settings.dashboard_lockout_s)
     client = client_of(st.context.ip_address)
     st.title("kvgate")
     with st.form("kvgate.sign_in", clear_on_submit=True, border=False):
         given = st.text_input("Dashboard password", type="password", key=PASSWORD)
+        key = st.text_input(
+            "Or one of your tenant's API keys",
+            type="password",
+            key=API_KEY,
+            help="A tenant sees its own figures and statements only.",
+        )
         submitted = st.form_submit_button("Sign in")
-    if not submitted or not given:
+    if not submitted or not (given or key):
         locked = gate.locked_for(client, now=time.monotonic())
         if locked:
             st.error(locked_message(locked))
         return
-    verdict = gate.attempt(client, lambda: password_matches(given, password), now=time.monotonic())
+    found: list[Viewer] = []
+
+    def check() -> bool:
+        if given and password_matches(given, password):
+            found.append(OPERATOR)
+        elif key:
+            tenant = find_key(key)
+            if tenant is not None:
+                found.append(tenant)
+        return bool(found)
+
+    verdict = gate.attempt(client, check, now=time.monotonic())
     if verdict.accepted:
-        st.session_state[KEY] = OPERATOR
+        st.session_state[KEY] = found[0]
         st.session_state[LANDING] = page_path(st.context.url)
         st.rerun()
     if verdict.compared:  # one line per guess looked at; a locked client's are not
         lock = f"; locked for {verdict.locked_for_s:.0f} s" if verdict.locked_for_s else ""
         log.warning("failed dashboard sign-in from %s%s", client, lock)
-    st.error(locked_message(verdict.locked_for_s) if verdict.locked_for_s else WRONG)
+    wrong = WRONG if given else WRONG_KEY
+    st.error(locked_message(verdict.locked_for_s) if verdict.locked_for_s else wrong)
 
 
 def locked_message(seconds: float) -> str:

@@ -1,8 +1,10 @@
 """The kvgate dashboard: ``kvgate dashboard`` runs ``streamlit run`` on this file.
 
 The sidebar's controls (zone, period, tenants, models) are shared by every page; each
-page reads them through ``context.current()``. Nothing from the database is read, and no
-page registered, before ``access.viewer`` lets the session in.
+page reads them through ``context.current()``. Nothing from the database is read (but the
+look-up of an API key submitted to sign in), and no page registered, before
+``access.viewer`` lets the session in. A tenant signed in with its key gets ``only``: every
+look-up and the view are cut to its data, and the operator's fleet pages are not registered.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from dashboard.launcher import OPEN_WARNING
 from dashboard.view import GRANULARITIES, View
 from gateway.config import Settings
 from gateway.db import lookups
+from gateway.db.session import DatabaseError, SessionFactory
+
+log = logging.getLogger("kvgate.dashboard")
 
 PAGES = Path(__file__).parent / "screens"
 
@@ -46,7 +51,30 @@ def period(zone: ZoneInfo, traffic: tuple[datetime, datetime] | None) -> tuple[d
 @st.cache_resource(show_spinner=False)
 def warn_open() -> None:
     """Say once per server process that anyone who reaches the port sees everything."""
-    logging.getLogger("kvgate.dashboard").warning("warning: %s", OPEN_WARNING)
+    log.warning("warning: %s", OPEN_WARNING)
+
+
+def key_lookup(sessions: SessionFactory) -> access.KeyLookup:
+    """Sign-in's look-up of a tenant's API key in the database (unreachable: no one)."""
+
+    def find(key: str) -> access.Viewer | None:
+        try:
+            with sessions() as session:
+                held = lookups.key_holder(session, key)
+        except DatabaseError:
+            log.exception("dashboard sign-in could not look the API key up")
+            return None
+        return None if held is None else access.Viewer(tenant_id=held[1], key_id=held[0])
+
+    return find
+
+
+def still_valid(sessions: SessionFactory, viewer: access.Viewer) -> bool:
+    """A tenant's session lasts while its key does: revoked, the next run signs it out."""
+    if viewer.key_id is None:
+        return True
+    with sessions() as session:
+        return lookups.key_active(session, viewer.key_id)
 
 
 def main() -> None:
@@ -61,26 +89,35 @@ def main() -> None:
         return
     if settings.dashboard_password is None:
         warn_open()
-    if access.viewer(settings) is None:
-        return
     sessions = context.sessions(settings.database_url)
+    viewer = access.viewer(settings, key_lookup(sessions))
+    if viewer is None:
+        return
+    if not still_valid(sessions, viewer):
+        access.sign_out()
+        st.rerun()
+    only = viewer.tenant_id  # a tenant signed in: its data alone, from every query here on
     with sessions() as session:
-        names = lookups.tenant_names(session)
-        models = lookups.models(session)
-        traffic = lookups.traffic_span(session)
+        names = lookups.tenant_names(session, only)
+        models = lookups.models(session, only)
+        traffic = lookups.traffic_span(session, only)
     st.sidebar.title("kvgate")
     if settings.dashboard_password is not None:
         st.sidebar.button("Sign out", key="kvgate.sign_out", on_click=access.sign_out)
     zones = sorted(available_timezones() | {"UTC"})
     zone = ZoneInfo(st.sidebar.selectbox("Time zone", zones, index=zones.index("UTC"), key="zone"))
     start, end = period(zone, traffic)
-    tenant_ids = st.sidebar.multiselect(
-        "Tenants",
-        list(names),
-        format_func=names.__getitem__,
-        placeholder="all tenants",
-        key="tenants",
-    )
+    if only is None:
+        tenant_ids = st.sidebar.multiselect(
+            "Tenants",
+            list(names),
+            format_func=names.__getitem__,
+            placeholder="all tenants",
+            key="tenants",
+        )
+    else:
+        st.sidebar.caption(f"Signed in as tenant **{names.get(only, only)}**: its own figures.")
+        tenant_ids = [only]
     chosen_models = st.sidebar.multiselect("Models", models, placeholder="all models", key="models")
     granularity = st.sidebar.selectbox(
         "Chart granularity",
@@ -103,16 +140,21 @@ def main() -> None:
             f"{zone.key} is not a whole number of hours from UTC; days here "
             "start on the UTC hour before local midnight."
         )
-    context.publish(context.Context(sessions, view, traffic))
+    context.publish(context.Context(sessions, view, traffic, only))
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", icon=":material/dashboard:", default=True),
-        st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),
+        st.Page(
+            PAGES / "tenants.py",
+            title="Tenants" if only is None else "Your figures",
+            icon=":material/groups:",
+        ),
         st.Page(PAGES / "models.py", title="Models and prices", icon=":material/sell:"),
-        st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"),
         st.Page(PAGES / "requests.py", title="Requests", icon=":material/receipt_long:"),
         # Prefix breakers and reconciliation with the replicas (issue 19).
         st.Page(PAGES / "breakers.py", title="Cache economics", icon=":material/troubleshoot:"),
     ]
+    if only is None:  # per replica, every tenant's traffic together: the operator's alone
+        pages.insert(3, st.Page(PAGES / "routing.py", title="Routing", icon=":material/alt_route:"))
     navigation = st.navigation(pages)
     access.land(pages, navigation)
     navigation.run()

@@ -26,6 +26,9 @@ class Context:
     view: View
     # First hour with traffic and end of the last one; None: the database has no requests.
     traffic: tuple[datetime, datetime] | None
+    # The tenant signed in with one of its keys: every page shows its data alone. None: the
+    # operator, who sees every tenant.
+    only: str | None = None
 
 
 @st.cache_resource(show_spinner=False)

@@ -46,9 +46,9 @@ class Tenants:
     figures: dict[str, Figures]
 
 
-def tenants(session: Session, view: View) -> Tenants:
-    """Tenant names, and each tenant's spend in the view's scope."""
-    return Tenants(lookups.tenant_names(session), spend.by_tenant(session, view.scope))
+def tenants(session: Session, view: View, only: str | None = None) -> Tenants:
+    """Tenant names (``only``: that tenant's), and each tenant's spend in the view's scope."""
+    return Tenants(lookups.tenant_names(session, only), spend.by_tenant(session, view.scope))
 
 
 @dataclass(frozen=True, slots=True)

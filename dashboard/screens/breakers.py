@@ -23,8 +23,13 @@ st.title("Cache economics")
 with ctx.sessions() as session:
     totals = spend.totals(session, view.scope)
     found = breaks.positions(session, view.scope)
-    names = tenant_names(session)
-    windows = reconcile.reconcile(session, since=view.lower, until=view.upper)
+    names = tenant_names(session, ctx.only)
+    # Replica counters hold every tenant's traffic together: the operator's alone.
+    windows = (
+        reconcile.reconcile(session, since=view.lower, until=view.upper)
+        if ctx.only is None
+        else None
+    )
 found.sort(key=lambda p: (names.get(p.tenant_id, p.tenant_id), p.model, -p.lost_tokens))
 
 if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
@@ -71,38 +76,39 @@ if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
             hide_index=True,
             key="breakers",
         )
-    st.subheader("Reconciliation with the replicas")
-    if not windows:
-        st.caption("No replica samples in this period: the gateway stores them as it runs.")
-    else:
-        st.caption(
-            "kvgate's records of the attempts on each replica against the replica's own "
-            "counters (vllm:prompt_tokens, vllm:prefix_cache_hits), per hour."
-        )
-        st.dataframe(
-            [
-                {
-                    "replica": w.upstream,
-                    "from": formatting.moment(w.sampled_from, view.zone),
-                    "to": formatting.moment(w.sampled_to, view.zone),
-                    "requests": w.recorded.requests,
-                    "prompt recorded": w.recorded.prompt_tokens,
-                    "prompt counted": w.engine.prompt_tokens,
-                    "prompt drift": formatting.percent(w.prompt_drift),
-                    "cached recorded": w.recorded.cache_read_tokens,
-                    "cached counted": w.engine.prefix_cache_hits,
-                    "cached drift": formatting.percent(w.cached_drift),
-                    "apart": ", ".join(w.over()) + (" (restarted)" if w.restarted else ""),
-                }
-                for w in windows
-            ],
-            hide_index=True,
-            key="reconcile",
-        )
-        apart = [w for w in windows if w.over()]
-        if apart:
-            st.warning(
-                f"{len(apart)} replica-window(s) more than 1 % apart: requests the gateway "
-                "did not see, usage it estimated, or a replica that restarted.",
-                icon=":material/warning:",
+    if windows is not None:  # the operator
+        st.subheader("Reconciliation with the replicas")
+        if not windows:
+            st.caption("No replica samples in this period: the gateway stores them as it runs.")
+        else:
+            st.caption(
+                "kvgate's records of the attempts on each replica against the replica's own "
+                "counters (vllm:prompt_tokens, vllm:prefix_cache_hits), per hour."
             )
+            st.dataframe(
+                [
+                    {
+                        "replica": w.upstream,
+                        "from": formatting.moment(w.sampled_from, view.zone),
+                        "to": formatting.moment(w.sampled_to, view.zone),
+                        "requests": w.recorded.requests,
+                        "prompt recorded": w.recorded.prompt_tokens,
+                        "prompt counted": w.engine.prompt_tokens,
+                        "prompt drift": formatting.percent(w.prompt_drift),
+                        "cached recorded": w.recorded.cache_read_tokens,
+                        "cached counted": w.engine.prefix_cache_hits,
+                        "cached drift": formatting.percent(w.cached_drift),
+                        "apart": ", ".join(w.over()) + (" (restarted)" if w.restarted else ""),
+                    }
+                    for w in windows
+                ],
+                hide_index=True,
+                key="reconcile",
+            )
+            apart = [w for w in windows if w.over()]
+            if apart:
+                st.warning(
+                    f"{len(apart)} replica-window(s) more than 1 % apart: requests the gateway "
+                    "did not see, usage it estimated, or a replica that restarted.",
+                    icon=":material/warning:",
+                )

@@ -67,8 +67,8 @@ def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
 
 st.title("Requests")
 with ctx.sessions() as session:
-    names = lookups.tenant_names(session)
-    models = lookups.models(session)
+    names = lookups.tenant_names(session, ctx.only)
+    models = lookups.models(session, ctx.only)
 
 wanted = st.text_input(
     "Look up a request id or an interaction id",
@@ -79,11 +79,15 @@ found_box = st.container()  # filled last: a row picked below also fills it
 
 st.header("Latest attempts")
 left, middle, right = st.columns(3)
-tenant_id = left.selectbox(
-    "Tenant",
-    [None, *names],
-    key="req_tenant",
-    format_func=lambda t: "all tenants" if t is None else names[t],
+tenant_id = (
+    left.selectbox(
+        "Tenant",
+        [None, *names],
+        key="req_tenant",
+        format_func=lambda t: "all tenants" if t is None else names[t],
+    )
+    if ctx.only is None
+    else ctx.only  # a tenant signed in: its own attempts alone
 )
 model = middle.selectbox(
     "Model",
@@ -115,7 +119,7 @@ if context.has_traffic(ctx, in_view=bool(recent) or ctx.traffic is None):
 
 if wanted:
     with ctx.sessions() as session:
-        found = lookups.attempts(session, request_or_interaction_id=wanted)
+        found = lookups.attempts(session, request_or_interaction_id=wanted, only=ctx.only)
     with found_box:
         if not found:
             st.warning(f"No request or interaction {wanted!r}.")

@@ -12,9 +12,9 @@ from gateway.errors import InvalidRequest
 
 ctx = context.current()
 view = ctx.view
-st.title("Tenants")
+st.title("Tenants" if ctx.only is None else "Your figures")
 with ctx.sessions() as session:
-    everyone = data.tenants(session, view)
+    everyone = data.tenants(session, view, ctx.only)
 
 if context.has_traffic(ctx, in_view=bool(everyone.figures)):
     rows = []
