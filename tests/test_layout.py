@@ -28,6 +28,7 @@ LOWER = {
     "gateway.usage": set(),
     "gateway.routing": set(),
     "gateway.mirror": set(),
+    "gateway.invoices": set(),
     "gateway.budgets": {"gateway.errors"},
     "gateway.config": {"gateway.errors"},
     "gateway.auth": {"gateway.errors", "gateway.mirror"},
