@@ -61,7 +61,8 @@ def main() -> None:
         return
     if settings.dashboard_password is None:
         warn_open()
-    if access.viewer(settings) is None:
+    viewer = access.viewer(settings)
+    if viewer is None:
         return
     sessions = context.sessions(settings.database_url)
     with sessions() as session:
@@ -103,7 +104,7 @@ def main() -> None:
             f"{zone.key} is not a whole number of hours from UTC; days here "
             "start on the UTC hour before local midnight."
         )
-    context.publish(context.Context(sessions, view, traffic))
+    context.publish(context.Context(sessions, view, traffic, viewer))
     pages = [
         st.Page(PAGES / "overview.py", title="Overview", icon=":material/dashboard:", default=True),
         st.Page(PAGES / "tenants.py", title="Tenants", icon=":material/groups:"),

@@ -8,6 +8,7 @@ from datetime import datetime
 import streamlit as st
 
 from dashboard import formatting
+from dashboard.access import OPERATOR, Viewer
 from dashboard.view import View
 from gateway.db.session import Engine, SessionFactory, make_engine, session_factory
 
@@ -26,6 +27,16 @@ class Context:
     view: View
     # First hour with traffic and end of the last one; None: the database has no requests.
     traffic: tuple[datetime, datetime] | None
+    # Who is looking: a tenant signed in sees only its own figures.
+    viewer: Viewer = OPERATOR
+
+    @property
+    def tenant_ids(self) -> tuple[str, ...]:
+        """The tenants whose figures may be shown: the viewer's own, else the sidebar's
+        choice (none: all)."""
+        if self.viewer.tenant_id is not None:
+            return (self.viewer.tenant_id,)
+        return self.view.tenant_ids
 
 
 @st.cache_resource(show_spinner=False)
