@@ -104,6 +104,7 @@ def refusals(found: Budgets, view: View) -> None:
             y_format=",.0f",
             bucket=view.bucket,
             x_title=f"{view.bucket} starting ({view.zone.key})",
+            y_step=1,
         ),
         width="stretch",
     )
