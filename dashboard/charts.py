@@ -85,14 +85,21 @@ def trend(
     y_format: str = ",.2f",
     bucket: str = "day",
     x_title: str | None = None,
+    y_step: float | None = None,
 ) -> alt.Chart:
-    """Lines over time, one per series; gaps stay gaps."""
+    """Lines over time, one per series; gaps stay gaps. ``y_step``: the least step between
+    y ticks (1 for counts, so no tick falls between whole numbers)."""
+    y_axis = (
+        alt.Axis(format=y_format)
+        if y_step is None
+        else alt.Axis(format=y_format, tickMinStep=y_step)
+    )
     chart: alt.Chart = (
         alt.Chart(_data(points), title=title, height=height(points))
         .mark_line(point=True)
         .encode(
             x=_time_axis(bucket, x_title, points),
-            y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=y_format)),
+            y=alt.Y("value:Q", title=y_title, axis=y_axis),
             color=alt.Color("series:N", legend=LEGEND),
             tooltip=[
                 alt.Tooltip(

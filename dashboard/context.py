@@ -30,6 +30,14 @@ class Context:
     # operator, who sees every tenant.
     only: str | None = None
 
+    @property
+    def tenant_ids(self) -> tuple[str, ...]:
+        """The tenants whose figures may be shown: the signed-in tenant alone, else the
+        sidebar's choice (none: all)."""
+        if self.only is not None:
+            return (self.only,)
+        return self.view.tenant_ids
+
 
 @st.cache_resource(show_spinner=False)
 def engine(url: str) -> Engine:

@@ -5,13 +5,14 @@ The benchmark (``benchmarks/dashboard.py``) times these same functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
 from dashboard.view import View
 from gateway import billing
 from gateway.db import crud, lookups
-from gateway.db.figures import attribution, latency, prices, replicas, spend, tiers
+from gateway.db.figures import attribution, budgets, latency, prices, replicas, spend, tiers
+from gateway.db.figures.budgets import BudgetFigures, Refusals
 from gateway.db.figures.latency import Ttft
 from gateway.db.figures.prices import PaidRate, Unpriced
 from gateway.db.figures.replicas import Replica, ReplicaFigures
@@ -77,6 +78,31 @@ def statement(
             raise LookupError(f"no tenant {tenant_id!r}")
         built = billing.build_statement(session, tenant=row, start=start, end=end)
     return billing.render(built, fmt)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """The tenants' budgets in their current periods, and refusals over the view's period."""
+
+    at: datetime
+    budgets: list[BudgetFigures]
+    refusals: list[tuple[datetime, Refusals]]
+    # The price book's currency, budgets' too; None when it has none or several.
+    currency: str | None
+
+
+def budgets_of(
+    session: Session, view: View, *, tenant_ids: tuple[str, ...], at: datetime
+) -> Budgets:
+    """These tenants' (none: all) budgets as of ``at``, and their refusals per bucket."""
+    scoped = replace(view, tenant_ids=tenant_ids)
+    currencies = {p.currency for p in crud.price_book(session).entries()}
+    return Budgets(
+        at=at,
+        budgets=budgets.budgets(session, at=at, tenant_ids=tenant_ids),
+        refusals=budgets.refusals(session, scoped.scope, scoped.edges()),
+        currency=currencies.pop() if len(currencies) == 1 else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,11 @@ def moment(value: datetime | None, zone: ZoneInfo) -> str:
     return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+def minute(value: datetime, zone: ZoneInfo) -> str:
+    """A moment in the viewer's zone, to the minute: '2026-07-21 00:00'."""
+    return value.astimezone(zone).strftime("%Y-%m-%d %H:%M")
+
+
 def wall_clock(value: datetime, zone: ZoneInfo) -> str:
     """Local wall-clock time as a zone-less ISO string, for charts.
 

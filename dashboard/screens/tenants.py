@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import partial
 
 import streamlit as st
 
-from dashboard import context, data, panels
+from dashboard import budgets, context, data, panels
 from gateway import billing
 from gateway.errors import InvalidRequest
 
@@ -50,6 +51,13 @@ if context.has_traffic(ctx, in_view=bool(everyone.figures)):
             "routing efficiency": st.column_config.NumberColumn(format="percent"),
         },
     )
+
+st.header("Budgets")
+with ctx.sessions() as session:
+    spending = data.budgets_of(session, view, tenant_ids=ctx.tenant_ids, at=datetime.now(UTC))
+budgets.table(spending, everyone.names, view.zone)
+if ctx.traffic is not None:
+    budgets.refusals(spending, view)
 
 st.header("A tenant")
 if not everyone.names:

@@ -14,13 +14,19 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+from sqlalchemy import update
+
 from dashboard import formatting
 from gateway.accounting.recorder import insert_records
-from gateway.db import crud
+from gateway.accounting.records import Status
+from gateway.budgets import DEFAULT_ALERTS, Period, parse_scope
+from gateway.db import crud, spend
 from gateway.db.migrate import upgrade
+from gateway.db.models import BudgetRow
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.usage import Usage
 from tests.dashboard.conftest import JAN, JUL, at, make, world_records
@@ -60,7 +66,8 @@ def amount(value: Decimal) -> str:
 
 def seed(url: str) -> tuple[str, dict[str, str]]:
     """Two tenants with the test world's requests, and one more that gives the second an
-    unmistakable spend; the spend in all and by tenant."""
+    unmistakable spend; a monthly budget on each, part spent now, and a few refusals (they
+    cost nothing); the spend in all and by tenant."""
     upgrade(url)
     engine = make_engine(url)
     with transaction(session_factory(engine)) as session:
@@ -70,7 +77,30 @@ def seed(url: str) -> tuple[str, dict[str, str]]:
         *world_records(*ids),
         make(8, ids[1], at(1, 3), Usage(123_457, 0, 0, 7_777), interaction="i8"),
     ]
-    insert_records(engine, records)
+    refused = [
+        make(9 + n, ids[n % 2], at(1, 1 + n), Usage.missing(), interaction=f"r{n}",
+             status=Status.REFUSED, prices=None, upstream="",
+             error="budget bud_x cannot cover this request" if n % 3 else "rate limit reached")
+        for n in range(5)
+    ]  # fmt: skip
+    insert_records(engine, [*records, *refused])
+    with transaction(session_factory(engine)) as session:
+        for name, limit, spent in zip(TENANTS, ("25", "2"), ("7.5", "1.95"), strict=True):
+            budget = spend.set_budget(
+                session,
+                scope=parse_scope(f"tenant:{name}"),
+                limit=Decimal(limit),
+                period=Period.MONTH,
+                alert_at=DEFAULT_ALERTS,
+            )
+            start, _ = budget.bounds(datetime.now(UTC))
+            # Set when its month began, so its burn rate is over the month so far.
+            session.execute(
+                update(BudgetRow).where(BudgetRow.id == budget.id).values(created_at=start)
+            )
+            charge = spend.Charge(budget.id, "", start, budget.limit, Decimal(spent))
+            assert spend.reserve(session, [charge]) is None
+            spend.settle(session, [charge], charge.amount)
     engine.dispose()
     each = {
         name: amount(sum((r.cost.total for r in records if r.tenant_id == i), Decimal(0)))

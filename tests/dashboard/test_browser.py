@@ -121,7 +121,8 @@ BAD_TILE = ("None", "nan", "NaN")
 def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> None:
     """Every page in Chromium: no exception, every chart drawn and at least its minimum
     height (plot area and frame, see dashboard/charts.py), no tile reading None or nan,
-    and a full-page screenshot of each under test-artifacts/dashboard/."""
+    and a full-page screenshot of each under test-artifacts/dashboard/ (the Tenants page's
+    budgets and refusals in one more, tenants-budgets.png)."""
     from playwright.sync_api import sync_playwright
 
     from dashboard import charts
@@ -144,11 +145,14 @@ def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> Non
                 page.get_by_role("heading", name=title).wait_for(timeout=30_000)
                 # The page's run is over once no run is shown going and its element count
                 # holds still for a second.
+                # (The count is read first on every turn: read only when no run showed, it
+                # was unset on a turn where a run showed and then ended.)
                 count = -1
                 running = page.locator('[data-testid="stStatusWidget"]')
-                while running.count() or count != (
-                    now := page.locator('[data-testid="stElementContainer"]').count()
-                ):
+                while True:
+                    now = page.locator('[data-testid="stElementContainer"]').count()
+                    if not running.count() and now == count:
+                        break
                     count = now if not running.count() else -1
                     page.wait_for_timeout(1000)
                 name = path or "overview"
@@ -168,6 +172,13 @@ def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> Non
                 for value in page.locator('[data-testid="stMetricValue"]').all_inner_texts():
                     assert value.strip() not in BAD_TILE, (name, value)
                 page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+                if name == "tenants":  # the budgets table and refusals, above the trends
+                    page.get_by_role("heading", name="Budgets").scroll_into_view_if_needed()
+                    page.get_by_role("heading", name="Budgets").evaluate(
+                        "heading => heading.scrollIntoView({block: 'start'})"
+                    )
+                    page.wait_for_timeout(500)
+                    page.screenshot(path=str(folder / "tenants-budgets.png"))
         finally:
             browser.close()
     print(f"\ncharts drawn per page: {drawn}")

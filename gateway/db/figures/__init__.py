@@ -8,4 +8,5 @@ breaks.py    prefix breakers: break positions ranked, tokens and money lost
 reconcile.py per replica and window, the records against the replica's own counters
 attribution.py  a tenant's spend by end user and by tag (from the requests, not rollups)
 invoices.py  per UTC day × hosted upstream, what kvgate recorded (against providers' bills)
+budgets.py   each budget's period: spend, remaining, burn rate, run-out; refusals over time
 """
