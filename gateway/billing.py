@@ -11,6 +11,10 @@ three decimal places per million tokens), and otherwise within half a nano-unit 
 A line without a price entry says so (``priced: false``): no rates, no currency and no
 money (null in JSON, empty in CSV), never a cost of 0 in an assumed currency. The billing
 API, the admin API, the CLI and the dashboard all serve ``render``'s bytes.
+
+Price corrections (db/adjustments.py) never change a line: their adjustments of the
+statement's days follow the lines as lines of their own, and the totals before and after
+them follow the totals.
 """
 
 from __future__ import annotations
