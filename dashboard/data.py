@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
+from decimal import Decimal
 
 from dashboard.view import View
 from gateway import billing
-from gateway.db import crud, lookups
+from gateway.db import adjustments, crud, lookups
 from gateway.db.figures import attribution, budgets, latency, prices, replicas, spend, tiers
 from gateway.db.figures.budgets import BudgetFigures, Refusals
 from gateway.db.figures.latency import Ttft
@@ -27,10 +28,13 @@ class Overview:
     ttft: Ttft
     trend: list[tuple[datetime, Figures]]
     ttft_trend: list[tuple[datetime, Ttft]]
+    # UTC days of the period that price corrections adjusted, with the adjustments' sum.
+    adjusted: list[tuple[date, Decimal]] = field(default_factory=list)
 
 
 def overview(session: Session, view: View) -> Overview:
-    """The overview's totals, spend trend and time-to-first-token for the view's scope."""
+    """The overview's totals, spend trend, time-to-first-token and price-corrected days for
+    the view's scope."""
     scope, edges = view.scope, view.edges()
     ttft, ttft_trend = latency.ttft_trend(session, scope, edges)
     return Overview(
@@ -38,6 +42,13 @@ def overview(session: Session, view: View) -> Overview:
         ttft=ttft,
         trend=spend.trend(session, scope, edges),
         ttft_trend=ttft_trend,
+        adjusted=adjustments.adjusted_days(
+            session,
+            lower=scope.lower,
+            upper=scope.upper,
+            tenant_ids=scope.tenant_ids,
+            models=scope.models,
+        ),
     )
 
 

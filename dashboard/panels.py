@@ -53,6 +53,21 @@ def _points(
     ]
 
 
+def adjusted_note(data: Overview) -> str | None:
+    """Which days of the period price corrections adjusted (None: none did)."""
+    if not data.adjusted:
+        return None
+    currency = data.totals.currency
+    days = ", ".join(
+        f"{day} ({'+' if delta >= 0 else '-'}{formatting.money(abs(delta), currency)})"
+        for day, delta in data.adjusted
+    )
+    return (
+        f"Price corrections adjusted {days} (UTC days). The figures and charts show the "
+        "costs as recorded; statements show the adjustments as lines of their own."
+    )
+
+
 def unpriced_note(totals: Figures) -> str | None:
     """Beside spend: the attempts it leaves out because no price entry covered them."""
     n = totals.unpriced.requests

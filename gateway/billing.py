@@ -11,6 +11,10 @@ three decimal places per million tokens), and otherwise within half a nano-unit 
 A line without a price entry says so (``priced: false``): no rates, no currency and no
 money (null in JSON, empty in CSV), never a cost of 0 in an assumed currency. The billing
 API, the admin API, the CLI and the dashboard all serve ``render``'s bytes.
+
+Price corrections (db/adjustments.py) never change a line: their adjustments of the
+statement's days follow the lines as lines of their own, and the totals before and after
+them follow the totals.
 """
 
 from __future__ import annotations
@@ -19,19 +23,19 @@ import csv
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
-from gateway.db import statements, sums
+from gateway.db import adjustments, statements, sums
 from gateway.db.models import TAG_KEY, TenantRow
 from gateway.db.session import Session
 from gateway.db.sums import Sums
 from gateway.errors import InvalidRequest
 from gateway.usage import UsageSource
-from pricing.cost import NANO
+from pricing.cost import NANO, ZERO
 
 MAX_DAYS = 366
 RATES = ("input_rate", "cache_read_rate", "cache_write_rate", "cache_write_1h_rate", "output_rate")
@@ -71,11 +75,49 @@ TOTAL_COLUMNS = (
     "estimated_tokens",
     "missing_requests",
 )
-# Line columns added after the totals-only ones (the CSV's first columns keep their places).
+# A price correction's adjustment of one day × model (db/adjustments.py): its own line,
+# after the line items; the records' lines and ``totals`` stay what they were recorded as.
+ADJUSTMENT_COLUMNS = (
+    "day",
+    "model",
+    "price_id",
+    "currency",
+    "requests",
+    "billed",
+    "corrected",
+    "delta",
+    "corrected_rates",
+    "reason",
+    "by",
+    "created_at",
+    "id",
+    "correction_key",
+)
+ADJUSTED_TOTAL_COLUMNS = (
+    "cost_total_before_adjustments",
+    "adjustment_total",
+    "cost_total_after_adjustments",
+)
+# Line columns added after the totals-only ones (the CSV's first columns keep their places),
+# then an adjustment's own columns (its day, model, price_id, currency and requests go in
+# the lines' columns), then the TOTAL row's totals before and after the adjustments.
+ADJUSTMENT_CSV_COLUMNS = {
+    "id": "adjustment_id",
+    "billed": "adjustment_billed",
+    "corrected": "adjustment_corrected",
+    "delta": "adjustment_delta",
+    "corrected_rates": "adjustment_rates",
+    "reason": "adjustment_reason",
+    "by": "adjustment_by",
+    "created_at": "adjusted_at",
+    "correction_key": "correction_key",
+}
 CSV_COLUMNS = (
     *(name for name in LINE_COLUMNS if name not in LATER_LINE_COLUMNS),
     *(name for name in TOTAL_COLUMNS if name not in LINE_COLUMNS),
     *LATER_LINE_COLUMNS,
+    *ADJUSTMENT_CSV_COLUMNS.values(),
+    *ADJUSTED_TOTAL_COLUMNS,
 )
 
 
@@ -138,6 +180,41 @@ class Statement:
     lines: list[statements.LineItem]
     totals: Totals
     group_by: str | None = None  # end_user or tag:KEY: lines split by that value
+    # Price corrections of the period's days, in the order they apply (never in the lines).
+    adjustments: tuple[adjustments.Adjustment, ...] = ()
+
+    @property
+    def adjustment_total(self) -> Decimal:
+        """The adjustments' deltas summed: what the corrections add (negative: give back)."""
+        return sum((adjustment.delta for adjustment in self.adjustments), ZERO)
+
+    def adjusted_fields(self) -> dict[str, Decimal]:
+        """The cost total before the adjustments, their sum, and the total after them."""
+        before = self.totals.sums.cost_total
+        total = self.adjustment_total
+        values = (before, total, before + total)
+        return dict(zip(ADJUSTED_TOTAL_COLUMNS, values, strict=True))
+
+
+def adjustment_fields(adjustment: adjustments.Adjustment) -> dict[str, Any]:
+    """An adjustment by column name, in ``ADJUSTMENT_COLUMNS`` order."""
+    values: dict[str, Any] = {
+        "day": adjustment.day,
+        "model": adjustment.model,
+        "price_id": adjustment.price_id,
+        "currency": adjustment.currency,
+        "requests": adjustment.requests,
+        "billed": adjustment.billed,
+        "corrected": adjustment.corrected,
+        "delta": adjustment.delta,
+        "corrected_rates": adjustment.corrected_rates,
+        "reason": adjustment.reason,
+        "by": adjustment.by,
+        "created_at": adjustment.created_at,
+        "id": adjustment.id,
+        "correction_key": adjustment.correction_key,
+    }
+    return {name: values[name] for name in ADJUSTMENT_COLUMNS}
 
 
 def line_fields(line: statements.LineItem) -> dict[str, Any]:
@@ -210,7 +287,9 @@ def build_statement(
     def total(wanted: Callable[[statements.LineItem], bool]) -> Sums:
         return sum((line.sums for line in lines if wanted(line)), Sums())
 
+    corrections = adjustments.for_tenant(session, tenant_id=tenant.id, start=start, end=end)
     currencies = {line.currency for line in lines if line.currency is not None}
+    currencies |= {a.currency for a in corrections if a.currency is not None}
     return Statement(
         tenant_id=tenant.id,
         tenant_name=tenant.name,
@@ -226,12 +305,15 @@ def build_statement(
             completed=completed,
         ),
         group_by=grouping.name if grouping is not None else None,
+        adjustments=tuple(corrections),
     )
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return f"{value:f}"
+    if isinstance(value, datetime):
+        return f"{value.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
     if isinstance(value, date):
         return value.isoformat()
     return value
@@ -242,6 +324,8 @@ def _cell(value: Any) -> Any:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):  # an adjustment's rates: input=3;cache_read=0.3;...
+        return ";".join(f"{name}={rate}" for name, rate in value.items())
     return _plain(value)
 
 
@@ -257,16 +341,24 @@ def to_json(statement: Statement) -> bytes:
         "line_items": [
             {k: _plain(v) for k, v in line_fields(line).items()} for line in statement.lines
         ],
+        "adjustments": [
+            {k: _plain(v) for k, v in adjustment_fields(adjustment).items()}
+            for adjustment in statement.adjustments
+        ],
         "totals": {k: _plain(v) for k, v in statement.totals.fields().items()},
+        "adjusted_totals": {k: _plain(v) for k, v in statement.adjusted_fields().items()},
     }
     return orjson.dumps(document, option=orjson.OPT_INDENT_2)
 
 
 def to_csv(statement: Statement) -> bytes:
-    """One row per line item and a final TOTAL row; what is unknown is an empty cell.
+    """One row per line item, one per adjustment, and a final TOTAL row; what is unknown
+    is an empty cell.
 
-    Line rows leave the totals-only columns empty; the TOTAL row leaves the line-only ones
-    empty and carries the statement's currency.
+    Line rows leave the totals-only columns empty; adjustment rows fill their day, model,
+    price_id, currency and requests and their own ``adjustment_*`` columns; the TOTAL row
+    leaves the line-only ones empty, carries the statement's currency, and its totals
+    before and after the adjustments.
     """
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -274,8 +366,15 @@ def to_csv(statement: Statement) -> bytes:
     for line in statement.lines:
         values = line_fields(line)
         writer.writerow([_cell(values.get(name)) for name in CSV_COLUMNS])
+    for adjustment in statement.adjustments:
+        values = {
+            ADJUSTMENT_CSV_COLUMNS.get(name, name): value
+            for name, value in adjustment_fields(adjustment).items()
+        }
+        writer.writerow([_cell(values.get(name)) for name in CSV_COLUMNS])
     totals = {
         **statement.totals.fields(),
+        **statement.adjusted_fields(),
         "day": "TOTAL",
         "currency": statement.currency,
     }

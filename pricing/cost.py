@@ -98,7 +98,11 @@ def compute(usage: Tokens, price: Price, *, tier: str | None = None) -> Cost:
     The rates are the entry's for the request's service tier, or its long-context rates when
     the whole prompt (uncached + cache read + cache write) is past the entry's threshold.
     """
-    rates = price.rates_for(usage.prompt_tokens, tier)
+    return cost_at(usage, price.rates_for(usage.prompt_tokens, tier))
+
+
+def cost_at(usage: Tokens, rates: Rates) -> Cost:
+    """Price each token class at one set of rates (``compute`` once the rates are chosen)."""
     return Cost(
         uncached=money(usage.uncached_tokens, rates.input),
         cache_read=money(usage.cache_read_tokens, rates.cache_read),

@@ -18,3 +18,5 @@ if context.has_traffic(ctx, in_view=overview.totals.sums.requests > 0):
     )
     panels.metrics(overview)
     panels.trends(overview, view)
+    if note := panels.adjusted_note(overview):
+        st.caption(f":material/edit_note: {note}")

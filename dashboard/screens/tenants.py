@@ -104,6 +104,8 @@ else:
     if mine.totals.sums.requests:
         panels.metrics(mine)
         panels.trends(mine, view.for_tenant(tenant_id))
+        if note := panels.adjusted_note(mine):
+            st.caption(f":material/edit_note: {note}")
         with ctx.sessions() as session:
             spenders = data.attribution_of(session, view.for_tenant(tenant_id))
         panels.spenders(spenders, mine.totals.currency)

@@ -474,3 +474,39 @@ class RateWindowRow(Base):
     window_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
     requests: Mapped[int] = mapped_column(Integer)
     tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+# -- price corrections (added by 0014): adjustments beside the records, never over them ---
+
+
+class PriceAdjustmentRow(Base):
+    """What one correction of a price entry changes of one tenant's UTC day of one model.
+
+    ``billed`` is what those requests were billed before it (their stored costs plus the
+    earlier adjustments of the same entry, tenant, day and model), ``corrected`` what the
+    corrected rates make of them, ``delta`` the difference. The records are never touched.
+    ``correction_key`` names the correction (the entry and its corrected rates).
+    """
+
+    __tablename__ = "price_adjustments"
+    __table_args__ = (
+        Index("ix_price_adjustments_tenant_day", "tenant_id", "day"),
+        Index("ix_price_adjustments_entry", "price_id", "tenant_id", "day", "model"),
+        Index("ix_price_adjustments_key", "correction_key"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    correction_key: Mapped[str] = mapped_column(String(64))
+    price_id: Mapped[str] = mapped_column(String(300))
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    day: Mapped[date] = mapped_column(Date)
+    model: Mapped[str] = mapped_column(String(200))
+    requests: Mapped[int] = mapped_column(BigInteger)
+    billed: Mapped[Decimal] = mapped_column(Money())
+    corrected: Mapped[Decimal] = mapped_column(Money())
+    delta: Mapped[Decimal] = mapped_column(Money())
+    # The corrected base rates, JSON with Decimal strings (Rates.to_mapping()).
+    corrected_rates: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -172,6 +172,20 @@ def test_json_money_is_decimal_strings_and_csv_has_a_total_row(world) -> None:  
         "missing_requests",
         "group",
         "endpoint",
+        # A price correction's adjustment rows (db/adjustments.py), then the TOTAL row's
+        # totals before and after them.
+        "adjustment_id",
+        "adjustment_billed",
+        "adjustment_corrected",
+        "adjustment_delta",
+        "adjustment_rates",
+        "adjustment_reason",
+        "adjustment_by",
+        "adjusted_at",
+        "correction_key",
+        "cost_total_before_adjustments",
+        "adjustment_total",
+        "cost_total_after_adjustments",
     ]
     assert rows[-1].split(",")[0] == "TOTAL"
     assert rows[-1].split(",")[21] == "0.000857155"
