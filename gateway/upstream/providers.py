@@ -405,12 +405,15 @@ class Providers:
             arguments["stream_options"] = {"include_usage": True}
         return arguments
 
-    async def complete(self, request: ProviderRequest) -> Reply:
+    async def _acompletion(self, request: ProviderRequest) -> Any:
         litellm = self.load()
         try:
-            response = await litellm.acompletion(**self.arguments(request))
+            return await litellm.acompletion(**self.arguments(request))
         except Exception as exc:  # litellm raises provider errors of many types
             raise failure(exc, request.target.litellm_model) from exc
+
+    async def complete(self, request: ProviderRequest) -> Reply:
+        response = await self._acompletion(request)
         body = _dump(response)
         body.pop("usage", None)
         raw_usage = _dump(response.usage) if getattr(response, "usage", None) else None
@@ -426,11 +429,7 @@ class Providers:
         )
 
     async def open_stream(self, request: ProviderRequest) -> ProviderStream:
-        litellm = self.load()
-        try:
-            source = await litellm.acompletion(**self.arguments(request))
-        except Exception as exc:  # litellm raises provider errors of many types
-            raise failure(exc, request.target.litellm_model) from exc
+        source = await self._acompletion(request)
         stream = ProviderStream(source=source, request=request)
         await stream.start()
         return stream
