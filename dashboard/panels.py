@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import charts, formatting
 from dashboard.charts import Point
@@ -226,47 +227,66 @@ def _in(currency: str | None) -> str:
     return "" if currency is None else f" ({currency})"
 
 
-def trends(data: Overview, view: View) -> None:
-    """The trend charts under the metrics."""
-    cur, trend = data.totals.currency, data.trend
-    left, right = st.columns(2)
-    left.altair_chart(
+def trend_chart(
+    view: View,
+    points: Sequence[Point],
+    *,
+    title: str,
+    y_title: str,
+    y_format: str,
+    column: DeltaGenerator | None = None,
+) -> None:
+    """A trend chart in ``column`` (else the page), bucketed as the view says, its time in
+    the view's zone."""
+    draw = st.altair_chart if column is None else column.altair_chart
+    draw(
         charts.trend(
-            _points(
-                view,
-                trend,
-                {
-                    "spend": lambda f: f.sums.cost_total,
-                    "saved by cache": lambda f: f.saved,
-                    "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
-                },
-            ),
-            title=f"Spend and cache value per {view.bucket}{_in(cur)}",
-            y_title=cur or "",
-            y_format=",.6f",
+            points,
+            title=title,
+            y_title=y_title,
+            y_format=y_format,
             bucket=view.bucket,
             x_title=f"{view.bucket} starting ({view.zone.key})",
         ),
         width="stretch",
+    )
+
+
+def trends(data: Overview, view: View) -> None:
+    """The trend charts under the metrics."""
+    cur, trend = data.totals.currency, data.trend
+    left, right = st.columns(2)
+    trend_chart(
+        view,
+        _points(
+            view,
+            trend,
+            {
+                "spend": lambda f: f.sums.cost_total,
+                "saved by cache": lambda f: f.saved,
+                "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
+            },
+        ),
+        title=f"Spend and cache value per {view.bucket}{_in(cur)}",
+        y_title=cur or "",
+        y_format=",.6f",
+        column=left,
     )
     left.caption(
         f"Where the money went each {view.bucket}: the spend, what the cache saved, and what "
         "perfect routing would have saved on top."
     )
-    right.altair_chart(
-        charts.trend(
-            _points(
-                view,
-                trend,
-                {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
-            ),
-            title=f"Cost per completed interaction{_in(cur)}",
-            y_title=cur or "",
-            y_format=",.6f",
-            bucket=view.bucket,
-            x_title=f"{view.bucket} starting ({view.zone.key})",
+    trend_chart(
+        view,
+        _points(
+            view,
+            trend,
+            {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
         ),
-        width="stretch",
+        title=f"Cost per completed interaction{_in(cur)}",
+        y_title=cur or "",
+        y_format=",.6f",
+        column=right,
     )
     right.caption(f"What one completed interaction cost, {view.bucket} by {view.bucket}.")
     left, right = st.columns(2)
@@ -280,16 +300,13 @@ def trends(data: Overview, view: View) -> None:
                 else Decimal(f.ceiling_cache_read_tokens) / f.ceiling_prompt_tokens
             ),
         }
-    left.altair_chart(
-        charts.trend(
-            _points(view, trend, hit),
-            title="Token hit rate against the ceiling",
-            y_title="share of prompt tokens",
-            y_format=".0%",
-            bucket=view.bucket,
-            x_title=f"{view.bucket} starting ({view.zone.key})",
-        ),
-        width="stretch",
+    trend_chart(
+        view,
+        _points(view, trend, hit),
+        title="Token hit rate against the ceiling",
+        y_title="share of prompt tokens",
+        y_format=".0%",
+        column=left,
     )
     left.caption(
         "How much of the prompt came from cache, against the most any routing could reach."
@@ -308,16 +325,13 @@ def trends(data: Overview, view: View) -> None:
             ("warm p90", t.warm_p90_ms),
         )
     ]
-    right.altair_chart(
-        charts.trend(
-            ttft_points,
-            title="Time to first token (ms)",
-            y_title="ms",
-            y_format=",.0f",
-            bucket=view.bucket,
-            x_title=f"{view.bucket} starting ({view.zone.key})",
-        ),
-        width="stretch",
+    trend_chart(
+        view,
+        ttft_points,
+        title="Time to first token (ms)",
+        y_title="ms",
+        y_format=",.0f",
+        column=right,
     )
     right.caption(
         "How long clients waited for the first token: cold (nothing cached) and warm; "

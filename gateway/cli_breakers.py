@@ -10,8 +10,8 @@ from typing import Annotated
 import orjson
 import typer
 
-from gateway.cli_directory import _applied, tenants_app
-from gateway.cli_support import fail, sessions_for, settings
+from gateway.cli_directory import tenants_app
+from gateway.cli_support import fail, publish, sessions_for, settings
 
 HOUR = timedelta(hours=1)
 
@@ -99,16 +99,12 @@ def tenants_set_capture(
     ],
 ) -> None:
     """Opt a tenant in to (or out of) keeping the text around its prefix breaks."""
-    from gateway.db import changes, crud
+    from gateway.db import crud
 
     if break_context not in ("on", "off"):
         fail("--break-context must be on or off")
     capture = break_context == "on"
-    deleted, published = changes.publish(
-        sessions_for(settings()),
-        lambda session: crud.set_break_context(session, name=tenant, capture=capture),
-    )
-    _applied(published)
+    deleted = publish(lambda session: crud.set_break_context(session, name=tenant, capture=capture))
     if capture:
         typer.echo(f"tenant {tenant}: break context kept (shown to the tenant and operators)")
     else:

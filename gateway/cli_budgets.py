@@ -8,8 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli_directory import _applied
-from gateway.cli_support import sessions_for, settings
+from gateway.cli_support import publish, sessions_for, settings
 
 budgets_app = typer.Typer(help="Budgets: what a scope may spend per period.", no_args_is_help=True)
 limits_app = typer.Typer(help="Rate limits: requests and tokens per minute.", no_args_is_help=True)
@@ -36,7 +35,7 @@ def budgets_set(
 ) -> None:
     """Set a budget (the same scope and period again changes it); prints its id."""
     from gateway.budgets import Period, parse_alerts, parse_limit, parse_scope
-    from gateway.db import changes, spend
+    from gateway.db import spend
     from gateway.errors import InvalidRequest
 
     parsed_scope, amount, alerts = parse_scope(scope), parse_limit(limit), parse_alerts(alert_at)
@@ -46,8 +45,7 @@ def budgets_set(
         raise InvalidRequest(
             f"--period must be day, week, month or total, not {period!r}"
         ) from None
-    budget, published = changes.publish(
-        sessions_for(settings()),
+    budget = publish(
         lambda session: spend.set_budget(
             session,
             scope=parsed_scope,
@@ -56,9 +54,8 @@ def budgets_set(
             timezone=timezone,
             alert_at=alerts,
             webhook=webhook,
-        ),
+        )
     )
-    _applied(published)
     typer.echo(f"budget {budget.id}: {budget.scope} {budget.limit} per {budget.period}")
 
 
@@ -83,12 +80,9 @@ def budgets_list() -> None:
 @budgets_app.command("delete")
 def budgets_delete(budget_id: Annotated[str, typer.Argument(help="Budget id (bud_...).")]) -> None:
     """Remove a budget."""
-    from gateway.db import changes, spend
+    from gateway.db import spend
 
-    _, published = changes.publish(
-        sessions_for(settings()), lambda session: spend.delete_budget(session, budget_id=budget_id)
-    )
-    _applied(published)
+    publish(lambda session: spend.delete_budget(session, budget_id=budget_id))
     typer.echo(f"budget {budget_id} deleted")
 
 
@@ -100,19 +94,17 @@ def limits_set(
 ) -> None:
     """Set a rate limit (the same scope again changes it); prints its id."""
     from gateway.budgets import LIMITABLE, parse_scope
-    from gateway.db import changes, spend
+    from gateway.db import spend
 
     parsed = parse_scope(scope, allowed=LIMITABLE)
-    limit, published = changes.publish(
-        sessions_for(settings()),
+    limit = publish(
         lambda session: spend.set_limit(
             session,
             scope=parsed,
             requests_per_minute=requests_per_minute,
             tokens_per_minute=tokens_per_minute,
-        ),
+        )
     )
-    _applied(published)
     typer.echo(
         f"limit {limit.id}: {limit.scope} {_optional(limit.requests_per_minute)} requests,"
         f" {_optional(limit.tokens_per_minute)} tokens per minute"
@@ -136,10 +128,7 @@ def limits_list() -> None:
 @limits_app.command("delete")
 def limits_delete(limit_id: Annotated[str, typer.Argument(help="Limit id (rl_...).")]) -> None:
     """Remove a rate limit."""
-    from gateway.db import changes, spend
+    from gateway.db import spend
 
-    _, published = changes.publish(
-        sessions_for(settings()), lambda session: spend.delete_limit(session, limit_id=limit_id)
-    )
-    _applied(published)
+    publish(lambda session: spend.delete_limit(session, limit_id=limit_id))
     typer.echo(f"limit {limit_id} deleted")

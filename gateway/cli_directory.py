@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli_support import fail, sessions_for, settings
+from gateway.cli_support import fail, publish, sessions_for, settings
 
 tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys (stored hashed; shown once).", no_args_is_help=True)
@@ -40,40 +40,19 @@ def tenants_set_group(
     cache_group: Annotated[str | None, typer.Option(help="Group name; omit to isolate.")] = None,
 ) -> None:
     """Put a tenant into an explicit KV-cache sharing group, or back into its own scope."""
-    from gateway.db import changes, crud
+    from gateway.db import crud
 
-    _, published = changes.publish(
-        sessions_for(settings()),
-        lambda session: crud.set_cache_group(session, name=name, cache_group=cache_group),
-    )
-    _applied(published)
+    publish(lambda session: crud.set_cache_group(session, name=name, cache_group=cache_group))
     typer.echo(f"tenant {name}: cache group {cache_group or '(own scope)'}")
-
-
-def _applied(published: Any) -> None:
-    """Warn about gateway processes that did not confirm a change in time."""
-    from gateway.db.changes import CONFIRM_TIMEOUT_S
-
-    late = published.unconfirmed
-    if late:
-        typer.secho(
-            f"warning: not confirmed within {CONFIRM_TIMEOUT_S:.0f} s by {len(late)} gateway "
-            f"process(es) ({', '.join(late)}); they apply it when they do",
-            fg=typer.colors.YELLOW,
-            err=True,
-        )
 
 
 @keys_app.command("create")
 def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None:
     """Issue an API key; the key is printed once, alone on the last line. It works on every
     gateway sharing the database once this returns."""
-    from gateway.db import changes, crud
+    from gateway.db import crud
 
-    issued, published = changes.publish(
-        sessions_for(settings()), lambda session: crud.create_key(session, tenant_name=tenant)
-    )
-    _applied(published)
+    issued = publish(lambda session: crud.create_key(session, tenant_name=tenant))
     typer.echo(f"key {issued.id} for tenant {tenant} (store it now; it is not kept):")
     typer.echo(issued.key)
 
@@ -81,12 +60,9 @@ def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> No
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="Key id (key_...).")]) -> None:
     """Revoke a key; every gateway sharing the database refuses it once this returns."""
-    from gateway.db import changes, crud
+    from gateway.db import crud
 
-    _, published = changes.publish(
-        sessions_for(settings()), lambda session: crud.revoke_key(session, key_id=key_id)
-    )
-    _applied(published)
+    publish(lambda session: crud.revoke_key(session, key_id=key_id))
     typer.echo(f"key {key_id} revoked")
 
 
@@ -108,14 +84,11 @@ def keys_list(
 @prices_app.command("sync")
 def prices_sync() -> None:
     """Load pricing/catalog/*.yaml into the database (idempotent; never edits an entry)."""
-    from gateway.db import changes, crud
+    from gateway.db import crud
     from pricing.book import load_catalog
 
     catalog = load_catalog()
-    result, published = changes.publish(
-        sessions_for(settings()), lambda session: crud.add_prices(session, prices=catalog)
-    )
-    _applied(published)
+    result = publish(lambda session: crud.add_prices(session, prices=catalog))
     typer.echo(f"prices: {len(result.added)} added, {len(result.unchanged)} already present")
 
 
@@ -194,7 +167,7 @@ def prices_add(
     prices with it the requests that start after this returns."""
     from datetime import UTC, datetime
 
-    from gateway.db import changes, crud
+    from gateway.db import crud
     from pricing.book import PriceError, price_from_mapping
 
     # The price book counts in whole seconds (entry ids are), so "now" is this second.
@@ -246,8 +219,7 @@ def prices_add(
         since = price.effective_from
         return added, crud.records_since(session, model=price.model, since=since) if past else 0
 
-    (added, later), published = changes.publish(sessions_for(settings()), add)
-    _applied(published)
+    added, later = publish(add)
     typer.echo(f"{price.id}: {'added' if added else 'already present'}")
     if past and added:
         typer.echo(
@@ -264,7 +236,7 @@ def prices_import_litellm(
     dry_run: Annotated[bool, typer.Option(help="Show what would be added; add nothing.")] = False,
 ) -> None:
     """Add dated entries from the price map inside the installed litellm (never edits one)."""
-    from gateway.db import changes, crud
+    from gateway.db import crud
     from gateway.upstream.providers import bundled_price_map
     from pricing.litellm_map import plan_import, prices_from_map
 
@@ -278,10 +250,7 @@ def prices_import_litellm(
     with sessions_for(settings())() as session:
         plan = plan_import(crud.price_book(session), prices)
     if not dry_run and plan.add:
-        _, published = changes.publish(
-            sessions_for(settings()), lambda session: crud.add_prices(session, prices=plan.add)
-        )
-        _applied(published)
+        publish(lambda session: crud.add_prices(session, prices=plan.add))
     for conflict in plan.conflicts:
         typer.secho(f"left as it is (other rates on that day): {conflict}", err=True)
     verb = "would add" if dry_run else "added"

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
 from gateway.config import Settings
 
 if TYPE_CHECKING:
-    from gateway.db.session import SessionFactory
+    from gateway.db.session import Session, SessionFactory
+
+T = TypeVar("T")
 
 
 def settings(config: Path | None = None) -> Settings:
@@ -35,6 +38,23 @@ def sessions_for(s: Settings) -> SessionFactory:
     from gateway.db.session import make_engine, session_factory
 
     return session_factory(make_engine(s.database_url))
+
+
+def publish(work: Callable[[Session], T]) -> T:
+    """Run a change in the database and return once every gateway applies it; warn about
+    gateway processes that did not confirm it in time."""
+    from gateway.db import changes
+
+    result, published = changes.publish(sessions_for(settings()), work)
+    late = published.unconfirmed
+    if late:
+        typer.secho(
+            f"warning: not confirmed within {changes.CONFIRM_TIMEOUT_S:.0f} s by {len(late)}"
+            f" gateway process(es) ({', '.join(late)}); they apply it when they do",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+    return result
 
 
 def fail(message: str) -> NoReturn:

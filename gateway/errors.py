@@ -41,10 +41,24 @@ log = logging.getLogger("kvgate.errors")
 
 
 class KvgateError(Exception):
+    """Any gateway error; a subclass names its ``status``, ``type`` and ``code`` as class
+    keywords (``class NotFound(KvgateError, status=404, type="not_found_error")``)."""
+
     status = 500
     type = "internal_error"
     code: str | None = None
     retryable = False
+
+    def __init_subclass__(
+        cls, *, status: int | None = None, type: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init_subclass__()
+        if status is not None:
+            cls.status = status
+        if type is not None:
+            cls.type = type
+        if code is not None:
+            cls.code = code
 
     def __init__(
         self,
@@ -62,31 +76,24 @@ class KvgateError(Exception):
             self.code = code
 
 
-class InvalidRequest(KvgateError):
-    status = 400
-    type = "invalid_request_error"
+class InvalidRequest(KvgateError, status=400, type="invalid_request_error"):
+    """A request the gateway cannot serve as sent."""
 
 
-class BodyTooLarge(InvalidRequest):
-    status = 413
-    code = "request_too_large"
+class BodyTooLarge(InvalidRequest, status=413, code="request_too_large"):
+    """A body over the size limit."""
 
 
-class ModelNotFound(InvalidRequest):
-    status = 404
-    code = "model_not_found"
+class ModelNotFound(InvalidRequest, status=404, code="model_not_found"):
+    """A model no route serves."""
 
 
-class MethodNotAllowed(InvalidRequest):
-    status = 405
-    code = "method_not_allowed"
+class MethodNotAllowed(InvalidRequest, status=405, code="method_not_allowed"):
+    """A method the endpoint does not answer."""
 
 
-class ResponseUnavailable(InvalidRequest):
+class ResponseUnavailable(InvalidRequest, status=404, code="previous_response_unavailable"):
     """A ``previous_response_id`` whose replica (which alone holds it) is gone."""
-
-    status = 404
-    code = "previous_response_unavailable"
 
 
 class UpstreamRejected(InvalidRequest):
@@ -99,69 +106,51 @@ class UpstreamRejected(InvalidRequest):
             self.type = "rate_limit_error"
 
 
-class AuthenticationFailed(KvgateError):
-    status = 401
-    type = "authentication_error"
-    code = "invalid_api_key"
+class AuthenticationFailed(
+    KvgateError, status=401, type="authentication_error", code="invalid_api_key"
+):
+    """No key, or a key the gateway does not know."""
 
 
-class PermissionDenied(KvgateError):
-    status = 403
-    type = "permission_error"
+class PermissionDenied(KvgateError, status=403, type="permission_error"):
+    """A known key without the right to this endpoint."""
 
 
-class NotFound(KvgateError):
-    status = 404
-    type = "not_found_error"
+class NotFound(KvgateError, status=404, type="not_found_error"):
+    """A tenant, key or other named thing that does not exist."""
 
 
-class BudgetExceeded(KvgateError):
+class BudgetExceeded(KvgateError, status=402, type="insufficient_quota", code="budget_exceeded"):
     """A budget cannot cover the request's largest possible cost (gateway/budgets.py)."""
 
-    status = 402
-    type = "insufficient_quota"
-    code = "budget_exceeded"
 
-
-class RateLimited(KvgateError):
+class RateLimited(KvgateError, status=429, type="rate_limit_error", code="rate_limit_exceeded"):
     """A tenant's or key's requests or tokens per minute are used up."""
 
-    status = 429
-    type = "rate_limit_error"
-    code = "rate_limit_exceeded"
 
-
-class SpendUnavailable(KvgateError):
+class SpendUnavailable(
+    KvgateError, status=503, type="service_unavailable", code="budgets_unavailable"
+):
     """Budgets or rate limits apply, and their shared counters cannot be reached."""
 
-    status = 503
-    type = "service_unavailable"
-    code = "budgets_unavailable"
+
+class Unrecordable(
+    KvgateError, status=503, type="service_unavailable", code="recorder_unavailable"
+):
+    """The recorder cannot take the request's record."""
 
 
-class Unrecordable(KvgateError):
-    status = 503
-    type = "service_unavailable"
-    code = "recorder_unavailable"
-
-
-class KeysUnavailable(KvgateError):
+class KeysUnavailable(KvgateError, status=503, type="service_unavailable", code="keys_unavailable"):
     """A key the gateway does not know, while it cannot reach the database to look it up:
     never a 401, which would make a client drop a key that may well be valid."""
 
-    status = 503
-    type = "service_unavailable"
-    code = "keys_unavailable"
+
+class UpstreamError(KvgateError, status=502, type="upstream_error"):
+    """The upstream failed to answer."""
 
 
-class UpstreamError(KvgateError):
-    status = 502
-    type = "upstream_error"
-
-
-class UpstreamUnavailable(UpstreamError):
-    status = 503
-    code = "no_healthy_replica"
+class UpstreamUnavailable(UpstreamError, status=503, code="no_healthy_replica"):
+    """No healthy replica to send the request to."""
 
 
 def error_body(
@@ -173,12 +162,17 @@ def error_body(
     )
 
 
-def error_response(exc: KvgateError) -> Response:
-    """The error's OpenAI-style response, with its headers (and ``www-authenticate`` on 401)."""
-    body = error_body(exc.message, exc.type, param=exc.param, code=exc.code)
+def _json_response(exc: KvgateError, body: bytes) -> Response:
+    """A JSON error response with the error's status and headers (``www-authenticate`` on
+    401)."""
     headers = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
     headers.update(exc.headers)
     return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
+
+
+def error_response(exc: KvgateError) -> Response:
+    """The error's OpenAI-style response, with its headers (and ``www-authenticate`` on 401)."""
+    return _json_response(exc, error_body(exc.message, exc.type, param=exc.param, code=exc.code))
 
 
 # Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
@@ -208,9 +202,7 @@ def anthropic_error_response(exc: KvgateError) -> Response:
     body = orjson.dumps(
         {"type": "error", "error": {"type": anthropic_type(exc), "message": exc.message}}
     )
-    headers = {"www-authenticate": "Bearer"} if exc.status == 401 else {}
-    headers.update(exc.headers)
-    return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
+    return _json_response(exc, body)
 
 
 def as_kvgate_error(exc: Exception) -> KvgateError:

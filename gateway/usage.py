@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
+
 
 class UsageSource(StrEnum):
     REPORTED = "reported"
@@ -76,6 +78,16 @@ class Usage:
         """The usage of an answer that reported none: no tokens, source MISSING."""
         return cls(source=UsageSource.MISSING)
 
+    @classmethod
+    def estimated(cls, prompt_chars: int, output_tokens: int) -> Usage:
+        """A guess for an answer that reported no usage: a token per ``CHARS_PER_TOKEN``
+        characters of prompt, and the output tokens seen."""
+        return cls(
+            uncached_tokens=prompt_chars // CHARS_PER_TOKEN,
+            output_tokens=output_tokens,
+            source=UsageSource.ESTIMATED,
+        )
+
 
 def _count(value: Any) -> int:
     """A token count from a wire value; absent or malformed counts as zero."""
@@ -84,6 +96,12 @@ def _count(value: Any) -> int:
     if isinstance(value, float) and not math.isfinite(value):
         return 0  # NaN and infinities: Python's json reads them
     return max(int(value), 0)
+
+
+def _inside(prompt: int, cached: int, output: int) -> Usage:
+    """Cached tokens counted inside the prompt (at most all of it); the rest uncached."""
+    cached = min(cached, prompt)
+    return Usage(uncached_tokens=prompt - cached, cache_read_tokens=cached, output_tokens=output)
 
 
 def from_openai(usage: Mapping[str, Any] | None) -> Usage:
@@ -97,12 +115,7 @@ def from_openai(usage: Mapping[str, Any] | None) -> Usage:
     prompt = _count(usage.get("prompt_tokens"))
     details = usage.get("prompt_tokens_details") or {}
     cached = _count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-    cached = min(cached, prompt)
-    return Usage(
-        uncached_tokens=prompt - cached,
-        cache_read_tokens=cached,
-        output_tokens=_count(usage.get("completion_tokens")),
-    )
+    return _inside(prompt, cached, _count(usage.get("completion_tokens")))
 
 
 def from_responses(usage: Mapping[str, Any] | None) -> Usage:
@@ -116,12 +129,7 @@ def from_responses(usage: Mapping[str, Any] | None) -> Usage:
         return Usage.missing()
     prompt = _count(usage.get("input_tokens"))
     details = _mapping(usage.get("input_tokens_details"))
-    cached = min(_count(details.get("cached_tokens")), prompt)
-    return Usage(
-        uncached_tokens=prompt - cached,
-        cache_read_tokens=cached,
-        output_tokens=_count(usage.get("output_tokens")),
-    )
+    return _inside(prompt, _count(details.get("cached_tokens")), _count(usage.get("output_tokens")))
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -176,12 +184,8 @@ def from_deepseek(usage: Mapping[str, Any] | None) -> Usage:
     if "prompt_cache_hit_tokens" not in usage:
         return from_openai(usage)
     prompt = _count(usage.get("prompt_tokens"))
-    hits = min(_count(usage.get("prompt_cache_hit_tokens")), prompt)
-    return Usage(
-        uncached_tokens=prompt - hits,
-        cache_read_tokens=hits,
-        output_tokens=_count(usage.get("completion_tokens")),
-    )
+    hits = _count(usage.get("prompt_cache_hit_tokens"))
+    return _inside(prompt, hits, _count(usage.get("completion_tokens")))
 
 
 def _either(usage: Mapping[str, Any], camel: str, snake: str) -> int:

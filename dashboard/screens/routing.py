@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import streamlit as st
 
-from dashboard import charts, context, data, formatting
+from dashboard import charts, context, data, formatting, panels
 from dashboard.charts import Point
 from gateway.db.figures.spend import EXACT, ratio
 
@@ -151,14 +151,10 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         ]
         if any(f.ceiling_kind not in (None, EXACT) for _, f in routing.trend):
             st.caption("Part of this ceiling is approximate (see above).")
-        st.altair_chart(
-            charts.trend(
-                points,
-                title="Token hit rate: achieved vs ceiling (requests with a ceiling)",
-                y_title="",
-                y_format=".0%",
-                bucket=view.bucket,
-                x_title=f"{view.bucket} starting ({view.zone.key})",
-            ),
-            width="stretch",
+        panels.trend_chart(
+            view,
+            points,
+            title="Token hit rate: achieved vs ceiling (requests with a ceiling)",
+            y_title="",
+            y_format=".0%",
         )

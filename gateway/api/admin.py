@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 from datetime import date, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import billing
-from gateway.api.billing import download_headers
+from gateway.api.billing import (
+    STATEMENT_RESPONSES,
+    GroupBy,
+    StatementFormat,
+    statement_response,
+)
 from gateway.api.deps import AdminDep, SessionDep
 from gateway.api.openapi import ADMIN_TOKEN, errors
 from gateway.db import changes, crud
@@ -23,7 +27,7 @@ SECURED: dict[str, Any] = {"security": [{ADMIN_TOKEN: []}]}
 @router.get(
     "/statement",
     openapi_extra=SECURED,
-    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+    responses=STATEMENT_RESPONSES,
 )
 def statement(
     _: AdminDep,
@@ -31,23 +35,12 @@ def statement(
     tenant: str,
     start: date,
     end: date,
-    format: Literal["json", "csv"] = "json",
-    group_by: Annotated[
-        str | None,
-        Query(
-            description="Split the lines by end user (`end_user`) or by a tag's value (`tag:KEY`).",
-        ),
-    ] = None,
+    format: StatementFormat = "json",
+    group_by: GroupBy = None,
 ) -> Response:
     """Any tenant's statement, by tenant name."""
     row = crud.get_tenant(session, name=tenant)
-    body, media_type = billing.render(
-        billing.build_statement(session, tenant=row, start=start, end=end, group_by=group_by),
-        format,
-    )
-    return Response(
-        body, media_type=media_type, headers=download_headers(row.name, start, end, format)
-    )
+    return statement_response(session, row, start, end, format, group_by)
 
 
 class NewKey(BaseModel):

@@ -12,8 +12,20 @@ from gateway.api.deps import SessionDep, TenantDep
 from gateway.api.openapi import TENANT_KEY, errors
 from gateway.db.figures.breaks import document, positions
 from gateway.db.figures.spend import Scope
+from gateway.db.models import TenantRow
+from gateway.db.session import Session
 from gateway.db.statements import tenant_by_id
 from gateway.errors import NotFound
+
+StatementFormat = Literal["json", "csv"]
+GroupBy = Annotated[
+    str | None,
+    Query(description="Split the lines by end user (`end_user`) or by a tag's value (`tag:KEY`)."),
+]
+# The statement endpoints' answer: the file as JSON or CSV, named for a download.
+STATEMENT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
+}
 
 router = APIRouter(prefix="/v1/billing", tags=["billing"], responses=errors(400, 401, 404))
 
@@ -21,32 +33,21 @@ router = APIRouter(prefix="/v1/billing", tags=["billing"], responses=errors(400,
 @router.get(
     "/statement",
     openapi_extra={"security": [{TENANT_KEY: []}]},
-    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+    responses=STATEMENT_RESPONSES,
 )
 def statement(
     tenant: TenantDep,
     session: SessionDep,
     start: date,
     end: date,
-    format: Literal["json", "csv"] = "json",
-    group_by: Annotated[
-        str | None,
-        Query(
-            description="Split the lines by end user (`end_user`) or by a tag's value (`tag:KEY`).",
-        ),
-    ] = None,
+    format: StatementFormat = "json",
+    group_by: GroupBy = None,
 ) -> Response:
     """The calling tenant's statement for UTC days start..end (both included)."""
     row = tenant_by_id(session, tenant.tenant_id)
     if row is None:
         raise NotFound("tenant not found")
-    body, media_type = billing.render(
-        billing.build_statement(session, tenant=row, start=start, end=end, group_by=group_by),
-        format,
-    )
-    return Response(
-        body, media_type=media_type, headers=download_headers(row.name, start, end, format)
-    )
+    return statement_response(session, row, start, end, format, group_by)
 
 
 @router.get("/breakers", openapi_extra={"security": [{TENANT_KEY: []}]})
@@ -65,6 +66,24 @@ def breakers(
         ),
     )
     return [document(p, tenant.tenant_name) for p in found]
+
+
+def statement_response(
+    session: Session,
+    tenant: TenantRow,
+    start: date,
+    end: date,
+    format: StatementFormat,
+    group_by: str | None,
+) -> Response:
+    """A tenant's statement as a download, in JSON or CSV."""
+    body, media_type = billing.render(
+        billing.build_statement(session, tenant=tenant, start=start, end=end, group_by=group_by),
+        format,
+    )
+    return Response(
+        body, media_type=media_type, headers=download_headers(tenant.name, start, end, format)
+    )
 
 
 def download_headers(name: str, start: date, end: date, fmt: str) -> dict[str, str]:

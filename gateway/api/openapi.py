@@ -370,12 +370,7 @@ def _answer(required: list[str], usage: str | None) -> dict[str, Any]:
             "additionalProperties": True,
             "properties": {"cost": USAGE["properties"]["cost"]},  # type: ignore[index]
         }
-    return {
-        "type": "object",
-        "required": required,
-        "additionalProperties": True,
-        "properties": properties,
-    }
+    return _object(required, properties)
 
 
 def _model(names: list[str]) -> dict[str, Any]:

@@ -76,7 +76,18 @@ class BudgetList(BaseModel):
 
 def budget_out(session: Session, budget: Budget, at: datetime) -> BudgetOut:
     """The budget as the API shows it at ``at``: its period, and spend unless per interaction."""
-    out = BudgetOut(
+    out = _settings_out(budget)
+    start, end = budget.bounds(at)
+    out.period_start, out.resets = start, reset_text(end)
+    if budget.scope.kind is not ScopeKind.INTERACTION:
+        out.spent, out.reserved = spend.counter(session, budget.id, start)
+        out.remaining = max(budget.limit - out.spent, Decimal(0))
+    return out
+
+
+def _settings_out(budget: Budget) -> BudgetOut:
+    """A budget as it is set, without its period's spend."""
+    return BudgetOut(
         id=budget.id,
         scope=str(budget.scope),
         limit=budget.limit,
@@ -85,12 +96,6 @@ def budget_out(session: Session, budget: Budget, at: datetime) -> BudgetOut:
         alert_at=list(budget.alert_at),
         webhook=budget.webhook,
     )
-    start, end = budget.bounds(at)
-    out.period_start, out.resets = start, reset_text(end)
-    if budget.scope.kind is not ScopeKind.INTERACTION:
-        out.spent, out.reserved = spend.counter(session, budget.id, start)
-        out.remaining = max(budget.limit - out.spent, Decimal(0))
-    return out
 
 
 @admin_router.post("/budgets", status_code=201, openapi_extra=SECURED)
@@ -131,15 +136,7 @@ def delete_budget(_: AdminDep, request: Request, budget_id: str) -> BudgetOut:
         lambda session: spend.delete_budget(session, budget_id=budget_id),
     )
     _noted(published)
-    return BudgetOut(
-        id=budget.id,
-        scope=str(budget.scope),
-        limit=budget.limit,
-        period=budget.period,
-        timezone=budget.timezone,
-        alert_at=list(budget.alert_at),
-        webhook=budget.webhook,
-    )
+    return _settings_out(budget)
 
 
 @billing_router.get("/budgets", openapi_extra={"security": [{TENANT_KEY: []}]})

@@ -99,19 +99,8 @@ def responses_tools(tools: Any) -> list[dict[str, Any]] | None:
     """The Responses API's flat function tools in the chat form a template reads."""
     if not isinstance(tools, list):
         return None
-    converted = [
-        {
-            "type": "function",
-            "function": {
-                "name": tool.get("name"),
-                "description": tool.get("description"),
-                "parameters": tool.get("parameters"),
-            },
-        }
-        for tool in tools
-        if isinstance(tool, Mapping) and tool.get("type") == "function"
-    ]
-    return converted or None
+    functions = [t for t in tools if isinstance(t, Mapping) and t.get("type") == "function"]
+    return _chat_tools(functions, "parameters")
 
 
 def anthropic_messages(system: Any, messages: Any) -> list[Message]:
@@ -203,16 +192,23 @@ def anthropic_tools(tools: Any) -> list[dict[str, Any]] | None:
     """Anthropic's tools (``name``, ``description``, ``input_schema``) in the chat form."""
     if not isinstance(tools, list):
         return None
+    described = [
+        t for t in tools if isinstance(t, Mapping) and isinstance(t.get("input_schema"), Mapping)
+    ]
+    return _chat_tools(described, "input_schema")
+
+
+def _chat_tools(tools: list[Mapping[str, Any]], schema: str) -> list[dict[str, Any]] | None:
+    """Tools in the chat form a template reads, their parameters' schema under ``schema``."""
     converted = [
         {
             "type": "function",
             "function": {
                 "name": tool.get("name"),
                 "description": tool.get("description"),
-                "parameters": tool.get("input_schema"),
+                "parameters": tool.get(schema),
             },
         }
         for tool in tools
-        if isinstance(tool, Mapping) and isinstance(tool.get("input_schema"), Mapping)
     ]
     return converted or None

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.routing.holders import Holders
 from gateway.routing.index import ApproximateIndex
 from gateway.routing.predicted import PredictedIndex
 from gateway.routing.tiers import CPU, GPU, medium_rank
 
 
-class ExactIndex:
+class ExactIndex(Holders[dict[int, dict[str | None, int]]]):
     """Per replica, the blocks its KV events say it holds, by tier."""
 
     def __init__(self) -> None:
-        # replica → hash → medium → copies
-        self._held: dict[str, dict[int, dict[str | None, int]]] = {}
-        self._bits: dict[str, int] = {}
-        self._names: dict[int, str] = {}
-        self._holders: dict[int, int] = {}
+        super().__init__()  # holdings: hash → medium → copies
         # Replicas that announced a copy outside GPU memory: their blocks held only in host
         # memory, and only on disk (or another slower tier), kept as the events come.
         self._slow: dict[str, tuple[set[int], set[int]]] = {}
@@ -49,7 +46,7 @@ class ExactIndex:
         """The replica cached these blocks (one copy each) in ``medium``."""
         held = self._held.get(replica)
         if held is None:
-            held = self._add(replica)
+            held = self._add(replica, {})
         if medium_rank(medium) and replica not in self._slow:
             self._slow[replica] = (set(), set())
         slow = self._slow.get(replica)
@@ -105,50 +102,9 @@ class ExactIndex:
 
     # -- BlockIndex ------------------------------------------------------------------------
 
-    def match(self, replica: str, hashes: Sequence[int]) -> int:
-        """Leading blocks of ``hashes`` the replica holds."""
-        held = self._held.get(replica)
-        if held is None:
-            return 0
-        hits = 0
-        for block in hashes:
-            if block not in held:
-                break
-            hits += 1
-        return hits
-
-    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
-        """Leading blocks held, per replica, in one walk of the chain."""
-        found: dict[str, int] = {}
-        holders = self._holders
-        alive = holders.get(hashes[0], 0) if hashes else 0
-        depth = 0
-        count = len(hashes)
-        while alive:
-            if not alive & (alive - 1):
-                # One replica left (a long conversation's): walk its holdings directly.
-                name = self._names[alive]
-                found[name] = self.extend(name, hashes, depth + 1)
-                break
-            depth += 1
-            still = holders.get(hashes[depth], 0) & alive if depth < count else 0
-            gone = alive & ~still
-            while gone:
-                low = gone & -gone
-                found[self._names[low]] = depth
-                gone ^= low
-            alive = still
-        return found
-
     def extend(self, replica: str, hashes: Sequence[int], start: int) -> int:
         """Where the run of held blocks from ``start`` ends."""
-        held = self._held.get(replica)
-        if not held:
-            return start
-        depth, count = start, len(hashes)
-        while depth < count and hashes[depth] in held:
-            depth += 1
-        return depth
+        return self._extend(replica, hashes, start)
 
     def fetch_blocks(
         self, replica: str, hashes: Sequence[int], depth: int, weights: Sequence[float]
@@ -166,13 +122,7 @@ class ExactIndex:
 
     def forget(self, replica: str) -> None:
         """Drop a replica and free its slot."""
-        held = self._held.pop(replica, None)
-        if held is None:
-            return
-        bit = self._bits.pop(replica)
-        del self._names[bit]
-        for block in held:
-            self._unhold(block, bit)
+        self._drop(replica)
         self._slow.pop(replica, None)
 
     # -- inspection --------------------------------------------------------------------------
@@ -184,23 +134,6 @@ class ExactIndex:
     def tiers(self, replica: str, block: int) -> dict[str | None, int]:
         """Copies of one block per tier on a replica (empty when not held)."""
         return dict(self._held.get(replica, {}).get(block, {}))
-
-    def _add(self, replica: str) -> dict[int, dict[str | None, int]]:
-        bit = 1
-        while bit in self._names:
-            bit <<= 1
-        self._bits[replica] = bit
-        self._names[bit] = replica
-        held: dict[int, dict[str | None, int]] = {}
-        self._held[replica] = held
-        return held
-
-    def _unhold(self, block: int, bit: int) -> None:
-        rest = self._holders[block] & ~bit
-        if rest:
-            self._holders[block] = rest
-        else:
-            del self._holders[block]
 
 
 def _classify(slow: tuple[set[int], set[int]], block: int, tiers: dict[str | None, int]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from gateway.routing.policy import DEFAULT_MAX_NUM_SEQS, DEFAULT_TUNABLES, POLICIES, Tunables
 from gateway.routing.predicted import DEFAULT_PREDICTION_TTL_S
@@ -94,15 +95,20 @@ class FleetConfig:
         return tuple(b for b in (self.cpu_blocks, self.disk_blocks) if b)
 
 
-def tunables(values: Mapping[str, float], *, model: str) -> Tunables:
-    """kv-aware's tunables from a deployment's mapping; a name or value refused is said."""
-    known = [f.name for f in fields(Tunables)]
+def _refuse_unknown(kind: type[Any], values: Mapping[str, float], *, model: str, what: str) -> None:
+    """Refuse a name that is not one of the dataclass ``kind``'s fields, saying which are."""
+    known = [f.name for f in fields(kind)]
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise FleetConfigError(
-            f"model {model!r}: unknown tunable {', '.join(map(repr, unknown))}; "
+            f"model {model!r}: unknown {what} {', '.join(map(repr, unknown))}; "
             f"known: {', '.join(known)}"
         )
+
+
+def tunables(values: Mapping[str, float], *, model: str) -> Tunables:
+    """kv-aware's tunables from a deployment's mapping; a name or value refused is said."""
+    _refuse_unknown(Tunables, values, model=model, what="tunable")
     try:
         return Tunables(**values)  # type: ignore[arg-type]  # names checked above
     except ValueError as exc:
@@ -112,13 +118,7 @@ def tunables(values: Mapping[str, float], *, model: str) -> Tunables:
 def tier_weights(values: Mapping[str, float], *, model: str) -> TierWeights:
     """Tier weights from a deployment's mapping (``cpu``, ``storage``); defaults for the
     rest; a name or value refused is said."""
-    known = [f.name for f in fields(TierWeights)]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise FleetConfigError(
-            f"model {model!r}: unknown tier weight {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(known)}"
-        )
+    _refuse_unknown(TierWeights, values, model=model, what="tier weight")
     try:
         return TierWeights(**values)  # names checked above
     except ValueError as exc:

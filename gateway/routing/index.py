@@ -26,6 +26,8 @@ from collections import OrderedDict
 from collections.abc import KeysView, Mapping, Sequence
 from typing import Protocol
 
+from gateway.routing.holders import Holders
+
 
 class BlockIndex(Protocol):
     """What the router asks of an index, approximate or exact."""
@@ -61,7 +63,7 @@ class KvEventSink(Protocol):
         """The replica cleared its whole cache."""
 
 
-class ApproximateIndex:
+class ApproximateIndex(Holders[OrderedDict[int, None]]):
     """Per-replica LRU of the blocks this router sent there, bounded by capacity."""
 
     def __init__(
@@ -75,31 +77,29 @@ class ApproximateIndex:
             raise ValueError("capacity_blocks must be at least 1")
         if any(blocks < 1 for blocks in lower):
             raise ValueError("a lower tier needs at least 1 block")
+        super().__init__()  # holdings: the GPU LRU of each replica
         self._default_capacity = capacity_blocks
         self._capacities = dict(capacities or {})
         self.lower_capacity = tuple(lower)  # per replica: host memory, then disk
         self._lower: dict[str, list[OrderedDict[int, None]]] = {}
-        self._lrus: dict[str, OrderedDict[int, None]] = {}
-        self._bits: dict[str, int] = {}
-        self._names: dict[int, str] = {}
-        self._holders: dict[int, int] = {}
+        # With lower tiers a match counts blocks in any tier, which the masks say.
+        self._walk_alone = not self.lower_capacity
 
     def __len__(self) -> int:
-        return sum(len(lru) for lru in self._lrus.values())
+        return sum(len(lru) for lru in self._held.values())
 
     def replicas(self) -> KeysView[str]:
         """The replicas it has learned anything about."""
-        return self._lrus.keys()
+        return self._held.keys()
 
     def blocks(self, replica: str) -> int:
         """How many blocks the replica is believed to hold."""
-        lru = self._lrus.get(replica)
+        lru = self._held.get(replica)
         return 0 if lru is None else len(lru)
 
     def match(self, replica: str, hashes: Sequence[int]) -> int:
         """Leading blocks of ``hashes`` the replica is believed to hold."""
-        lru = self._lrus.get(replica)
-        if lru is None:
+        if replica not in self._held:
             return 0
         if self.lower_capacity:
             bit, holders = self._bits[replica], self._holders
@@ -109,12 +109,7 @@ class ApproximateIndex:
                     break
                 hits += 1
             return hits
-        hits = 0
-        for block in hashes:
-            if block not in lru:
-                break
-            hits += 1
-        return hits
+        return super().match(replica, hashes)
 
     def fetch_blocks(
         self, replica: str, hashes: Sequence[int], depth: int, weights: Sequence[float]
@@ -124,7 +119,7 @@ class ApproximateIndex:
         lower = self._lower.get(replica)
         if not lower:
             return 0.0
-        lru = self._lrus[replica]
+        lru = self._held[replica]
         cost = 0.0
         for i in range(min(depth, len(hashes))):
             block = hashes[i]
@@ -136,37 +131,11 @@ class ApproximateIndex:
                     break
         return cost
 
-    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
-        """Leading blocks held, per replica, in one walk of the chain."""
-        found: dict[str, int] = {}
-        holders = self._holders
-        alive = holders.get(hashes[0], 0) if hashes else 0
-        depth = 0
-        count = len(hashes)
-        while alive:
-            if not alive & (alive - 1) and not self.lower_capacity:
-                # One replica left, typically the one holding a long conversation: a plain
-                # membership walk of its LRU is half the work per block.
-                name = self._names[alive]
-                lru = self._lrus[name]
-                depth += 1
-                while depth < count and hashes[depth] in lru:
-                    depth += 1
-                found[name] = depth
-                break
-            depth += 1
-            still = holders.get(hashes[depth], 0) & alive if depth < count else 0
-            gone = alive & ~still
-            if gone:
-                self._settle(found, gone, depth)
-            alive = still
-        return found
-
     def record(self, replica: str, hashes: Sequence[int]) -> None:
         """The request with these blocks was sent to the replica: it will hold them."""
-        lru = self._lrus.get(replica)
+        lru = self._held.get(replica)
         if lru is None:
-            lru = self._add(replica)
+            lru = self._add_lru(replica)
         bit = self._bits[replica]
         holders = self._holders
         capacity = self._capacities.get(replica, self._default_capacity)
@@ -219,7 +188,7 @@ class ApproximateIndex:
         the reported prefix is learned.
         """
         if reported_blocks < predicted_blocks:
-            lru = self._lrus.get(replica)
+            lru = self._held.get(replica)
             if lru is None:
                 return
             bit = self._bits[replica]
@@ -235,37 +204,16 @@ class ApproximateIndex:
 
     def forget(self, replica: str) -> None:
         """Drop everything known about a replica and free its slot."""
-        lru = self._lrus.pop(replica, None)
-        if lru is None:
+        dropped = self._drop(replica)
+        if dropped is None:
             return
-        bit = self._bits.pop(replica)
-        del self._names[bit]
-        for tier in (lru, *self._lower.pop(replica, ())):
+        bit = dropped[1]
+        for tier in self._lower.pop(replica, ()):
             for block in tier:
                 self._unhold(block, bit)
 
-    def _add(self, replica: str) -> OrderedDict[int, None]:
-        bit = 1
-        while bit in self._names:
-            bit <<= 1
-        self._bits[replica] = bit
-        self._names[bit] = replica
-        lru: OrderedDict[int, None] = OrderedDict()
-        self._lrus[replica] = lru
+    def _add_lru(self, replica: str) -> OrderedDict[int, None]:
+        lru: OrderedDict[int, None] = self._add(replica, OrderedDict())
         if self.lower_capacity:
             self._lower[replica] = [OrderedDict() for _ in self.lower_capacity]
         return lru
-
-    def _unhold(self, block: int, bit: int) -> None:
-        rest = self._holders[block] & ~bit
-        if rest:
-            self._holders[block] = rest
-        else:
-            del self._holders[block]
-
-    def _settle(self, found: dict[str, int], gone: int, depth: int) -> None:
-        names = self._names
-        while gone:
-            low = gone & -gone
-            found[names[low]] = depth
-            gone ^= low

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
 
@@ -172,26 +173,26 @@ def kv_costs(
 
 def _kv_aware(request: RouteRequest, replicas: Sequence[ReplicaView], tunables: Tunables) -> int:
     costs = kv_costs(request, replicas, tunables)
-    best = -1
-    best_key: tuple[bool, float, int] | None = None
-    tied: list[int] = []
-    for i, replica in enumerate(replicas):
-        key = (replica.in_flight >= replica.capacity, costs[i], replica.in_flight)
-        if best_key is None or key < best_key:
-            best, best_key, tied = i, key, []
-        elif key == best_key:
-            if not tied:
-                tied.append(best)
-            tied.append(i)
-    return _break_tie(request.key, replicas, tied) if tied else best
+    keys = [
+        (replica.in_flight >= replica.capacity, cost, replica.in_flight)
+        for replica, cost in zip(replicas, costs, strict=True)
+    ]
+    return _lowest(request, replicas, keys)
 
 
 def _least_loaded(request: RouteRequest, replicas: Sequence[ReplicaView]) -> int:
+    keys = [(replica.in_flight, replica.queued_prefill_tokens) for replica in replicas]
+    return _lowest(request, replicas, keys)
+
+
+def _lowest(
+    request: RouteRequest, replicas: Sequence[ReplicaView], keys: Sequence[tuple[Any, ...]]
+) -> int:
+    """The replica of the lowest key; replicas tied on it, broken by the request's key."""
     best = -1
-    best_key: tuple[int, int] | None = None
+    best_key: tuple[Any, ...] | None = None
     tied: list[int] = []
-    for i, replica in enumerate(replicas):
-        key = (replica.in_flight, replica.queued_prefill_tokens)
+    for i, key in enumerate(keys):
         if best_key is None or key < best_key:
             best, best_key, tied = i, key, []
         elif key == best_key:

@@ -21,20 +21,21 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from gateway.routing.holders import Holders
+
 DEFAULT_PREDICTION_TTL_S = 5.0
 
 
-class PredictedIndex:
+class PredictedIndex(Holders[dict[int, float]]):
     """Blocks placed on replicas and not yet confirmed, each until its expiry."""
+
+    _walk_alone = False  # predictions are short runs: the mask walk alone serves them
 
     def __init__(self, ttl_s: float = DEFAULT_PREDICTION_TTL_S) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
+        super().__init__()  # holdings: block → expiry
         self.ttl_s = ttl_s
-        self._held: dict[str, dict[int, float]] = {}  # replica → block → expiry
-        self._bits: dict[str, int] = {}
-        self._names: dict[int, str] = {}
-        self._holders: dict[int, int] = {}
         self._queue: deque[tuple[float, str, tuple[int, ...]]] = deque()
 
     def __len__(self) -> int:
@@ -49,7 +50,7 @@ class PredictedIndex:
             return
         held = self._held.get(replica)
         if held is None:
-            held = self._add(replica)
+            held = self._add(replica, {})
         bit = self._bits[replica]
         holders = self._holders
         expires = now + self.ttl_s
@@ -87,55 +88,8 @@ class PredictedIndex:
 
     def forget(self, replica: str) -> None:
         """Drop every prediction about a replica (it left, restarted or was reset)."""
-        held = self._held.pop(replica, None)
-        if held is None:
-            return
-        bit = self._bits.pop(replica)
-        del self._names[bit]
-        for block in held:
-            self._unhold(block, bit)
+        self._drop(replica)
 
     def extend(self, replica: str, hashes: Sequence[int], start: int) -> int:
         """Where the run of predicted blocks from ``start`` ends."""
-        held = self._held.get(replica)
-        if not held:
-            return start
-        depth, count = start, len(hashes)
-        while depth < count and hashes[depth] in held:
-            depth += 1
-        return depth
-
-    def match_all(self, hashes: Sequence[int]) -> dict[str, int]:
-        """Leading blocks predicted, per replica, in one walk of the chain."""
-        found: dict[str, int] = {}
-        holders = self._holders
-        alive = holders.get(hashes[0], 0) if hashes else 0
-        depth = 0
-        count = len(hashes)
-        while alive:
-            depth += 1
-            still = holders.get(hashes[depth], 0) & alive if depth < count else 0
-            gone = alive & ~still
-            while gone:
-                low = gone & -gone
-                found[self._names[low]] = depth
-                gone ^= low
-            alive = still
-        return found
-
-    def _add(self, replica: str) -> dict[int, float]:
-        bit = 1
-        while bit in self._names:
-            bit <<= 1
-        self._bits[replica] = bit
-        self._names[bit] = replica
-        held: dict[int, float] = {}
-        self._held[replica] = held
-        return held
-
-    def _unhold(self, block: int, bit: int) -> None:
-        rest = self._holders[block] & ~bit
-        if rest:
-            self._holders[block] = rest
-        else:
-            del self._holders[block]
+        return self._extend(replica, hashes, start)

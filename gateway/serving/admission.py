@@ -147,30 +147,26 @@ def _minute(at: datetime) -> datetime:
     return at.replace(second=0, microsecond=0)
 
 
+# Each kind of x-ratelimit-* header: a window's cap per minute (None: no cap) and its count.
+_RATE_KINDS: tuple[
+    tuple[str, Callable[[spend.Window], int | None], Callable[[spend.Window], int]], ...
+] = (
+    ("requests", lambda w: w.limit.requests_per_minute, lambda w: w.requests),
+    ("tokens", lambda w: w.limit.tokens_per_minute, lambda w: w.tokens),
+)
+
+
 def rate_headers(windows: list[spend.Window], window: datetime, at: datetime) -> dict[str, str]:
     """OpenAI's x-ratelimit-* headers, for the tightest limit of each kind."""
     reset = f"{max((window + MINUTE - at).total_seconds(), 0.0):.3f}s"
     headers: dict[str, str] = {}
-    rpm = [
-        (w.limit.requests_per_minute - w.requests, w)
-        for w in windows
-        if w.limit.requests_per_minute is not None
-    ]
-    if rpm:
-        left, w = min(rpm, key=lambda p: p[0])
-        headers["x-ratelimit-limit-requests"] = str(w.limit.requests_per_minute)
-        headers["x-ratelimit-remaining-requests"] = str(max(left, 0))
-        headers["x-ratelimit-reset-requests"] = reset
-    tpm = [
-        (w.limit.tokens_per_minute - w.tokens, w)
-        for w in windows
-        if w.limit.tokens_per_minute is not None
-    ]
-    if tpm:
-        left, w = min(tpm, key=lambda p: p[0])
-        headers["x-ratelimit-limit-tokens"] = str(w.limit.tokens_per_minute)
-        headers["x-ratelimit-remaining-tokens"] = str(max(left, 0))
-        headers["x-ratelimit-reset-tokens"] = reset
+    for kind, cap, used in _RATE_KINDS:
+        room = [(limit - used(w), limit) for w in windows if (limit := cap(w)) is not None]
+        if room:
+            left, limit = min(room, key=lambda p: p[0])
+            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(max(left, 0))
+            headers[f"x-ratelimit-reset-{kind}"] = reset
     return headers
 
 

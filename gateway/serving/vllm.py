@@ -48,7 +48,6 @@ from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_jso
 from gateway.usage import Usage, UsageSource, from_openai
 
 MAX_ATTEMPTS = 2
-CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
 # The streams whose usage comes only when asked for (the Responses and Messages streams
 # always end with theirs).
 ASK_FOR_USAGE = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
@@ -297,11 +296,7 @@ class VllmStream:
         if state.usage is not None:
             usage = from_openai(state.usage)
         else:
-            usage = Usage(
-                uncached_tokens=self.prompt_chars // CHARS_PER_TOKEN,
-                output_tokens=state.content_events,
-                source=UsageSource.ESTIMATED,
-            )
+            usage = Usage.estimated(self.prompt_chars, state.content_events)
         return Outcome(
             status=Status.COMPLETED if ended else Status.FAILED,
             usage=usage,

@@ -37,11 +37,12 @@ from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamStream
 from gateway.usage import Usage, UsageSource, from_openai, from_responses, from_vllm_anthropic
 
-CHARS_PER_TOKEN = 4  # only for estimates when a stream ended without its usage
 
-
-def _cost(record: Record) -> str | None:
-    return f"{record.cost.total:f}" if record.priced else None
+def _billed(usage: dict[str, Any], record: Record) -> dict[str, Any]:
+    """An answer's usage with the gateway's cost (None unpriced) and its tokens' source."""
+    usage["cost"] = f"{record.cost.total:f}" if record.priced else None
+    usage["usage_source"] = record.usage.source.value
+    return usage
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -100,9 +101,7 @@ class EmbeddingsWire(Wire):
         usage = _dict(upstream)
         usage["prompt_tokens"] = record.usage.prompt_tokens
         usage["total_tokens"] = record.usage.total_tokens
-        usage["cost"] = _cost(record)
-        usage["usage_source"] = record.usage.source.value
-        return usage
+        return _billed(usage, record)
 
 
 class ResponsesWire(Wire):
@@ -127,9 +126,7 @@ class ResponsesWire(Wire):
             "reasoning_tokens": 0
         }
         usage["total_tokens"] = billed.total_tokens
-        usage["cost"] = _cost(record)
-        usage["usage_source"] = billed.source.value
-        return usage
+        return _billed(usage, record)
 
     def finish_reason(self, body: dict[str, Any]) -> str | None:
         """The reason the response is incomplete, if it says one; else its status."""
@@ -157,9 +154,7 @@ class MessagesWire(Wire):
         usage["cache_read_input_tokens"] = billed.cache_read_tokens
         usage["cache_creation_input_tokens"] = billed.cache_write_tokens
         usage["output_tokens"] = billed.output_tokens
-        usage["cost"] = _cost(record)
-        usage["usage_source"] = billed.source.value
-        return usage
+        return _billed(usage, record)
 
     def finish_reason(self, body: dict[str, Any]) -> str | None:
         """The answer's ``stop_reason``, if it has one."""
@@ -276,11 +271,7 @@ class WireStream:
                     source=UsageSource.ESTIMATED,
                 )
         else:
-            usage = Usage(
-                uncached_tokens=self.prompt_chars // CHARS_PER_TOKEN,
-                output_tokens=self.content_events,
-                source=UsageSource.ESTIMATED,
-            )
+            usage = Usage.estimated(self.prompt_chars, self.content_events)
         return Outcome(
             status=Status.COMPLETED if ended else Status.FAILED,
             usage=usage,

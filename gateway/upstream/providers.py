@@ -409,13 +409,17 @@ class Providers:
             arguments["stream_options"] = {"include_usage": True}
         return arguments
 
-    async def complete(self, request: ProviderRequest) -> Reply:
-        """One completion, not streamed, usage normalised; provider errors raised as kvgate's."""
+    async def _acompletion(self, request: ProviderRequest) -> Any:
+        """litellm's completion (streamed or not); provider errors raised as kvgate's."""
         litellm = self.load()
         try:
-            response = await litellm.acompletion(**self.arguments(request))
+            return await litellm.acompletion(**self.arguments(request))
         except Exception as exc:  # litellm raises provider errors of many types
             raise failure(exc, request.target.litellm_model) from exc
+
+    async def complete(self, request: ProviderRequest) -> Reply:
+        """One completion, not streamed, usage normalised; provider errors raised as kvgate's."""
+        response = await self._acompletion(request)
         body = _dump(response)
         body.pop("usage", None)
         raw_usage = _dump(response.usage) if getattr(response, "usage", None) else None
@@ -432,11 +436,7 @@ class Providers:
 
     async def open_stream(self, request: ProviderRequest) -> ProviderStream:
         """A streamed completion, its first chunk read; provider errors raised as kvgate's."""
-        litellm = self.load()
-        try:
-            source = await litellm.acompletion(**self.arguments(request))
-        except Exception as exc:  # litellm raises provider errors of many types
-            raise failure(exc, request.target.litellm_model) from exc
+        source = await self._acompletion(request)
         stream = ProviderStream(source=source, request=request)
         await stream.start()
         return stream

@@ -47,6 +47,15 @@ class UpstreamReply:
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
+def _failure(url: str, exc: aiohttp.ClientError | TimeoutError) -> UpstreamError:
+    """A failed POST as the gateway's error: unreachable (retryable), timed out, or other."""
+    if isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
+        return UpstreamConnectError(f"upstream unreachable: {url}: {exc}")
+    if isinstance(exc, TimeoutError):
+        return UpstreamError(f"upstream timed out: {url}")
+    return UpstreamError(f"upstream error: {url}: {exc}")
+
+
 async def post_json(
     session: aiohttp.ClientSession, url: str, body: bytes, *, timeout: aiohttp.ClientTimeout
 ) -> UpstreamReply:
@@ -55,12 +64,8 @@ async def post_json(
         async with session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as reply:
             data = await reply.read()
             return UpstreamReply(reply.status, data, reply.content_type)
-    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
-        raise UpstreamConnectError(f"upstream unreachable: {url}: {exc}") from exc
-    except TimeoutError as exc:
-        raise UpstreamError(f"upstream timed out: {url}") from exc
-    except aiohttp.ClientError as exc:
-        raise UpstreamError(f"upstream error: {url}: {exc}") from exc
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _failure(url, exc) from exc
 
 
 class UpstreamStream:
@@ -77,12 +82,8 @@ class UpstreamStream:
         """Send the request; the reply's status, or UpstreamConnectError / UpstreamError."""
         try:
             self._reply = await self._context.__aenter__()
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
-            raise UpstreamConnectError(f"upstream unreachable: {self.url}: {exc}") from exc
-        except TimeoutError as exc:
-            raise UpstreamError(f"upstream timed out: {self.url}") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(f"upstream error: {self.url}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _failure(self.url, exc) from exc
         return self._reply.status
 
     async def read_all(self) -> bytes:

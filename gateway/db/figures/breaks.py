@@ -53,31 +53,28 @@ class Position:
 
 
 Key = tuple[str, str, int, bool]
+# What a position is grouped by: tenant, model, offset, early, and the price it was under.
+POSITION = (
+    BREAKS.c.tenant_id,
+    BREAKS.c.model,
+    BREAKS.c.break_tokens,
+    BREAKS.c.early,
+    BREAKS.c.price_id,
+    BREAKS.c.rate_class,
+)
 
 
 def positions(session: Session, scope: Scope, *, contexts: bool = True) -> list[Position]:
     """Per tenant and model, its break positions, most tokens lost first."""
     query = (
         select(
-            BREAKS.c.tenant_id,
-            BREAKS.c.model,
-            BREAKS.c.break_tokens,
-            BREAKS.c.early,
-            BREAKS.c.price_id,
-            BREAKS.c.rate_class,
+            *POSITION,
             func.sum(BREAKS.c.requests),
             func.sum(BREAKS.c.lost_tokens),
             func.sum(BREAKS.c.prompt_tokens),
         )
         .where(*scope.where(BREAKS))
-        .group_by(
-            BREAKS.c.tenant_id,
-            BREAKS.c.model,
-            BREAKS.c.break_tokens,
-            BREAKS.c.early,
-            BREAKS.c.price_id,
-            BREAKS.c.rate_class,
-        )
+        .group_by(*POSITION)
     )
     rows = session.execute(query).all()
     rates = _rates(session, {row[4] for row in rows})

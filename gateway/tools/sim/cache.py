@@ -102,14 +102,8 @@ class PrefixCache:
             admission = Admission(hit_blocks=self.match(blocks))
             admission.hit_tiers = [0] * admission.hit_blocks
             for block in blocks:
-                if block in self._refs:
-                    self._pin(block)
-                elif self._make_room(admission):
-                    self._refs[block] = 1
-                    admission.stored.append(block)
-                else:
+                if not self._take(block, admission):
                     break
-                admission.pinned.append(block)
             return admission
         return self._admit_tiered(blocks)
 
@@ -146,12 +140,7 @@ class PrefixCache:
                 del self._lower[tier - 1][block]
                 admission.moves.append((tier, False, block))
         for index, block in enumerate(blocks):
-            if block in self._refs:
-                self._pin(block)
-            elif self._make_room(admission):
-                self._refs[block] = 1
-                admission.stored.append(block)
-            else:
+            if not self._take(block, admission):
                 # No GPU room: a loaded block goes back where it was; the hit ends here.
                 for back in range(index, admission.hit_blocks):
                     tier = tiers[back]
@@ -161,8 +150,19 @@ class PrefixCache:
                 del tiers[index:]
                 admission.hit_blocks = len(tiers)
                 break
-            admission.pinned.append(block)
         return admission
+
+    def _take(self, block: Hashable, admission: Admission) -> bool:
+        """Pin a block held, or store a new one where room can be made; False when none."""
+        if block in self._refs:
+            self._pin(block)
+        elif self._make_room(admission):
+            self._refs[block] = 1
+            admission.stored.append(block)
+        else:
+            return False
+        admission.pinned.append(block)
+        return True
 
     def _hit_tiers(self, blocks: Sequence[Hashable]) -> list[int]:
         tiers: list[int] = []
