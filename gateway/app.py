@@ -40,7 +40,6 @@ from gateway.serving.hosted import build_hosted
 from gateway.serving.leases import FLUSH_S as LEASE_FLUSH_S
 from gateway.serving.path import Serving
 from gateway.serving.reconciler import Reconciler
-from gateway.serving.telemetry import Telemetry
 from gateway.serving.vllm import VllmBackend
 from gateway.upstream.vllm import make_session
 
@@ -174,6 +173,8 @@ def create_app(settings: Settings) -> FastAPI:
             refuse_when_unrecordable=settings.refuse_when_unrecordable,
             database_url=settings.database_url,
             process=settings.recorder_process,
+            otlp_endpoint=settings.otlp_endpoint,
+            otlp_export_interval_ms=settings.otlp_export_interval_ms,
         )
         recorder.start()
         state.http = make_session()
@@ -202,12 +203,6 @@ def create_app(settings: Settings) -> FastAPI:
         hosted = await build_hosted(settings, state.deployments)
         if hosted is not None:
             backends.update(dict.fromkeys(hosted.deployments, hosted))
-        telemetry = None
-        if settings.otlp_endpoint:
-            telemetry = Telemetry(
-                settings.otlp_endpoint, export_interval_ms=settings.otlp_export_interval_ms
-            )
-            telemetry.start()
         state.alerts = alerts = Alerts(
             sessions=sessions, http=state.http, secret=settings.secret, metrics=metrics
         )
@@ -220,9 +215,7 @@ def create_app(settings: Settings) -> FastAPI:
             alerts=alerts,
             hold_ttl_s=settings.budget_hold_ttl_s,
         )
-        state.serving = Serving(
-            ledger=ledger, backends=backends, telemetry=telemetry, admission=admission
-        )
+        state.serving = Serving(ledger=ledger, backends=backends, admission=admission)
 
         def refresh_gauges() -> None:
             metrics.recorder_backlog.set(recorder.backlog)
@@ -231,6 +224,7 @@ def create_app(settings: Settings) -> FastAPI:
             stats = recorder.stats
             metrics.database_up.set(1 if stats.db_healthy else 0)
             metrics.records_rejected.set(stats.rejected)
+            metrics.spans_dropped.set(stats.spans_dropped)
             if state.peers is not None:
                 metrics.peer_messages.labels("sent").set(state.peers.sent)
                 metrics.peer_messages.labels("received").set(state.peers.received)
@@ -354,8 +348,6 @@ def create_app(settings: Settings) -> FastAPI:
             await directory.stop()
             await alerts.stop()
             await recorder.stop()
-            if telemetry is not None:  # the last spans exported (a thread: off the loop)
-                await asyncio.to_thread(telemetry.close)
             await state.http.close()
             engine.dispose()
 

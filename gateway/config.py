@@ -282,7 +282,7 @@ class Settings(BaseSettings):
     replica_sample_s: float = Field(default=60.0, gt=0)
     reconcile_window_s: float = Field(default=3600.0, gt=0)
     replica_sample_days: int = Field(default=35, ge=1)
-    # OpenTelemetry (gateway/serving/telemetry.py): a span per attempt, OTLP over
+    # OpenTelemetry (gateway/accounting/spans.py): a span per attempt, OTLP over
     # HTTP/protobuf to this collector (its base URL, or its /v1/traces URL); off when unset.
     otlp_endpoint: str | None = None
     otlp_export_interval_ms: float = Field(default=1000.0, gt=0, le=60_000)

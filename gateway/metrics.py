@@ -134,6 +134,13 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=r,
         )
+        self.spans_dropped = Gauge(
+            "kvgate_spans_dropped",
+            "OpenTelemetry spans not exported: the writer's span queue was full, or the"
+            " collector did not take them",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
         self.database_up = Gauge(
             "kvgate_database_up",
             "1 when the recorder last reached the database",

@@ -32,3 +32,26 @@ def test_a_journal_line_written_before_the_ceiling_kind_reads_as_unknown() -> No
     del line["ceiling_exact"]
     again = Record.from_json(orjson.dumps(line))
     assert (again.ceiling_cached_tokens, again.ceiling_exact) == (32, None)
+
+
+def test_the_span_facts_round_trip_and_an_older_line_without_them_reads_as_none() -> None:
+    """operation, provider, response model and traceparent are journaled; a line written
+    before they existed still replays, with None (and makes no span)."""
+    made = record(
+        operation="text_completion",
+        provider="anthropic",
+        response_model="claude-sonnet-4-5",
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    )
+    assert Record.from_json(made.to_json()) == made
+    line = orjson.loads(made.to_json())
+    for name in ("operation", "provider", "response_model", "traceparent"):
+        del line[name]
+    again = Record.from_json(orjson.dumps(line))
+    assert (again.operation, again.provider, again.response_model, again.traceparent) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert again.request_id == made.request_id and again.cost == made.cost

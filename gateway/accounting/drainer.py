@@ -5,6 +5,10 @@ and replays whole the segments no live process holds (a crashed gateway's). It r
 thread, or in a child process of the gateway (``drain_in_process``), which keeps its
 SQLAlchemy work off the event loop's core and GIL. Its counters live in a small array that
 can be shared memory, so the gateway reads them for /metrics either way.
+
+With OpenTelemetry on, each batch of its own records, once written, goes to ``spans.py``
+too (the spans are made and exported there, in this process, never in the gateway's when
+the writer is a process); replayed records make no span (see spans.py).
 """
 
 from __future__ import annotations
@@ -23,14 +27,15 @@ from typing import Any, Protocol
 
 from gateway.accounting.journal import read_batch, segments
 from gateway.accounting.records import Record
+from gateway.accounting.spans import Spans
 from gateway.accounting.store import insert_records
 from gateway.db.session import REFUSED, DatabaseError, Engine
 
 log = logging.getLogger("kvgate.recorder")
 
 # Indices of the counters array; READY is 1 once the first pass over the journal is done.
-WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN, READY, REJECTED = range(6)
-COUNTERS = 6
+WRITTEN, REPLAYED, DB_ERRORS, DB_DOWN, READY, REJECTED, SPANS_EXPORTED, SPANS_DROPPED = range(8)
+COUNTERS = 8
 # Records the database refuses for their data, kept for an operator (see Drainer._set_aside).
 REJECTED_DIR = "rejected"
 # How a database refuses one record's own data (not being down): ``REFUSED`` (db.session),
@@ -62,12 +67,14 @@ class Drainer:
         own_prefix: str,
         batch_size: int,
         counters: MutableSequence[int],
+        spans: Spans | None = None,
     ) -> None:
         self.engine = engine
         self.directory = directory
         self.own_prefix = own_prefix
         self.batch_size = batch_size
         self.counters = counters
+        self.spans = spans  # OpenTelemetry, when on: started and closed by run()
         self._offsets: dict[Path, int] = {}
 
     def run(
@@ -81,6 +88,18 @@ class Drainer:
 
         ``poll_s`` caps each wait, for a stop that arrives as a flag rather than a wake-up.
         """
+        if self.spans is not None:
+            self.spans.start()
+        try:
+            self._run(wake, stopping, flush_interval_s, poll_s)
+        finally:
+            if self.spans is not None:
+                self.spans.close()
+                self._count_spans()
+
+    def _run(
+        self, wake: EventLike, stopping: EventLike, flush_interval_s: float, poll_s: float | None
+    ) -> None:
         backoff, wait_s = 0.0, 0.0  # drain at once: a crashed gateway's journal first
         while True:
             stopping_now = stopping.is_set()
@@ -100,6 +119,7 @@ class Drainer:
                 if stopping_now:
                     return
                 continue
+            self._count_spans()
             if self.counters[DB_DOWN]:
                 log.info("database back; journal backlog draining")
             self.counters[DB_DOWN] = 0
@@ -134,7 +154,9 @@ class Drainer:
         offset = self._offsets.get(path, 0)
         lines, end = read_batch(path, offset, self.batch_size)
         if lines:
-            self._write(lines)
+            records = self._write(lines)
+            if self.spans is not None:
+                self.spans.offer(records)
         self._offsets[path] = end
         if not keep and end >= _size(path):
             path.unlink(missing_ok=True)
@@ -167,7 +189,13 @@ class Drainer:
             log.info("replayed %d records from %s", replayed, path.name)
         return replayed
 
-    def _write(self, lines: list[bytes]) -> None:
+    def _count_spans(self) -> None:
+        if self.spans is not None:
+            self.counters[SPANS_EXPORTED] = self.spans.exported
+            self.counters[SPANS_DROPPED] = self.spans.dropped
+
+    def _write(self, lines: list[bytes]) -> list[Record]:
+        """Insert a batch of journal lines; the records they held."""
         records = []
         for line in lines:
             try:
@@ -179,6 +207,7 @@ class Drainer:
         except REFUSED:
             self._write_each(records)
         self.counters[WRITTEN] += len(lines)
+        return records
 
     def _write_each(self, records: list[Record]) -> None:
         """A batch refused for its data (not for the database being down): one record at a
@@ -266,6 +295,8 @@ def drain_in_process(
     counters: Any,
     wake: Any,
     stopping: Any,
+    otlp_endpoint: str | None = None,
+    otlp_export_interval_ms: float = 1000.0,
 ) -> None:
     """The child process's main: drain until the gateway asks it to stop, or dies."""
     from gateway.db.session import make_engine
@@ -287,7 +318,13 @@ def drain_in_process(
             own_prefix=own_prefix,
             batch_size=batch_size,
             counters=counters,
+            spans=spans_to(otlp_endpoint, otlp_export_interval_ms),
         ).run(wake, stop, flush_interval_s, poll_s=STOP_POLL_S)
     finally:
         with contextlib.suppress(Exception):
             engine.dispose()
+
+
+def spans_to(endpoint: str | None, export_interval_ms: float) -> Spans | None:
+    """The writer's span exporter, when OpenTelemetry is on (the SDK imported only then)."""
+    return Spans(endpoint, export_interval_ms=export_interval_ms) if endpoint else None

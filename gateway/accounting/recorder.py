@@ -7,6 +7,9 @@ in batches off it, by a writer thread or a child process (``drainer.py``).
 
 The writer reads the journal, not memory, so normal operation, a database outage and
 recovery after a crash are one code path; the request id makes every replay idempotent.
+With ``otlp_endpoint`` the writer also makes and exports each written record's
+OpenTelemetry span (``spans.py``), so a writer process keeps that work out of the
+gateway's process too.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class RecorderStats:
     db_healthy: bool
     writer_ready: bool
     rejected: int
+    spans_exported: int = 0
+    spans_dropped: int = 0
 
 
 class Recorder:
@@ -67,6 +72,8 @@ class Recorder:
         refuse_when_unrecordable: bool = True,
         database_url: str | None = None,
         process: bool = False,
+        otlp_endpoint: str | None = None,
+        otlp_export_interval_ms: float = 1000.0,
     ) -> None:
         if process and database_url is None:
             raise ValueError("a recorder process needs the database URL")
@@ -77,6 +84,8 @@ class Recorder:
         self.refuse_when_unrecordable = refuse_when_unrecordable
         self.database_url = database_url
         self.process = process
+        self.otlp_endpoint = otlp_endpoint  # OpenTelemetry spans, made by the writer
+        self.otlp_export_interval_ms = otlp_export_interval_ms
         self.journal_healthy = True
         self._journaled = 0
         self._journal_errors = 0
@@ -132,6 +141,8 @@ class Recorder:
             db_healthy=not counters[drainer.DB_DOWN],
             writer_ready=bool(counters[drainer.READY]),
             rejected=counters[drainer.REJECTED],
+            spans_exported=counters[drainer.SPANS_EXPORTED],
+            spans_dropped=counters[drainer.SPANS_DROPPED],
         )
 
     @property
@@ -160,6 +171,8 @@ class Recorder:
                     self._counters,
                     self._wake,
                     self._stopping,
+                    self.otlp_endpoint,
+                    self.otlp_export_interval_ms,
                 ),
             )
         else:
@@ -169,6 +182,7 @@ class Recorder:
                 own_prefix=self.journal.prefix,
                 batch_size=self.batch_size,
                 counters=self._counters,
+                spans=drainer.spans_to(self.otlp_endpoint, self.otlp_export_interval_ms),
             )
             self._worker = threading.Thread(
                 target=worker.run,

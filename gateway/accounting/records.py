@@ -68,6 +68,15 @@ class Record:
     tags: dict[str, str] = field(default_factory=dict)
     # The inference endpoint the call came in on (its path: /v1/embeddings, /v1/responses…).
     endpoint: str = "/v1/chat/completions"
+    # What the attempt's OpenTelemetry span needs beyond the rest (the writer makes it, see
+    # accounting/spans.py): the GenAI operation name (chat, text_completion, embeddings),
+    # the provider (vllm, or litellm's), the model that answered (as billed), and the
+    # caller's W3C traceparent. Journaled like the rest; never stored in the database.
+    # Lines journaled before them read as None, and make no span.
+    operation: str | None = None
+    provider: str | None = None
+    response_model: str | None = None
+    traceparent: str | None = None
 
     @property
     def priced(self) -> bool:

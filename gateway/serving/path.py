@@ -30,7 +30,6 @@ from gateway.serving.backend import Backend, NoUpstream, UpstreamEvents
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.records import record_of
 from gateway.serving.streaming import EventStream
-from gateway.serving.telemetry import Telemetry
 
 T = TypeVar("T")
 
@@ -48,13 +47,11 @@ class Serving:
         *,
         ledger: Ledger,
         backends: Mapping[str, Backend],
-        telemetry: Telemetry | None = None,
         admission: Admission | None = None,
     ) -> None:
         self.ledger = ledger
         self.admission = admission  # budgets and rate limits, when the app has them
         self.backends = dict(backends)  # deployment name -> its backend
-        self.telemetry = telemetry  # OpenTelemetry spans, when configured
 
     async def serve(self, ctx: Context) -> Response:
         """Answer one call: the steps of the request path, each a named call."""
@@ -186,7 +183,6 @@ class Serving:
             admitted.add(record)
             if self.admission is not None:
                 self.admission.settle_later(admitted)
-            self.traced(ctx, attempt, record)
             raise
         finally:
             await stream.close()
@@ -214,10 +210,4 @@ class Serving:
         await self.ledger.keep(record)
         if admitted.holds:
             admitted.add(record)
-        self.traced(ctx, attempt, record)
         return record
-
-    def traced(self, ctx: Context, attempt: Attempt, record: Record) -> None:
-        """The attempt's span, when telemetry is on (made off the event loop)."""
-        if self.telemetry is not None:
-            self.telemetry.observe(ctx, record, attempt.bills_as)

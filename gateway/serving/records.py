@@ -4,7 +4,27 @@ from __future__ import annotations
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record
+from gateway.serving.calls import Endpoint
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome, now
+
+# The OpenTelemetry GenAI conventions' operation names: the Responses and Messages APIs are
+# chats. Kept on the record, for the span its writer makes (accounting/spans.py).
+OPERATIONS = {
+    Endpoint.CHAT: "chat",
+    Endpoint.COMPLETIONS: "text_completion",
+    Endpoint.EMBEDDINGS: "embeddings",
+    Endpoint.RESPONSES: "chat",
+    Endpoint.MESSAGES: "chat",
+    Endpoint.COUNT_TOKENS: "chat",
+}
+
+
+def provider_of(ctx: Context, upstream: str) -> str:
+    """``vllm`` for a replica; a litellm model's provider prefix (no prefix: openai)."""
+    if ctx.deployment.backend == "vllm":
+        return "vllm"
+    provider, slash, _ = upstream.partition("/")
+    return provider if slash else "openai"
 
 
 def record_of(
@@ -53,4 +73,8 @@ def record_of(
         break_context=broken.context if broken else None,
         end_user=ctx.call.end_user,
         tags=dict(ctx.call.tags),
+        operation=OPERATIONS[ctx.call.endpoint],
+        provider=provider_of(ctx, attempt.upstream),
+        response_model=attempt.bills_as,
+        traceparent=ctx.traceparent,
     )

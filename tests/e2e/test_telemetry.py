@@ -4,21 +4,17 @@ request's record."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from gateway.db.models import RequestRow
 from pricing.book import load_catalog
 from tests.factories import litellm, vllm
 from tests.providers.prices import SONNET
+from tests.support.otlp import Receiver, attributes
 from tests.support.stack import running_stack
 
 pytestmark = pytest.mark.e2e
@@ -27,52 +23,6 @@ KEY_ENV = "KVGATE_TEST_ANTHROPIC_KEY"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
 SYSTEM = "You are the kvgate telemetry test assistant; answer in one short line. " * 8
-
-
-class Receiver:
-    """An OTLP/HTTP traces endpoint: every span it is sent, decoded from protobuf."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[dict[str, Any], Span]] = []
-        self.content_types: set[str] = set()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                receiver.content_types.add(self.headers["content-type"])
-                request = ExportTraceServiceRequest.FromString(body)
-                for resource_spans in request.resource_spans:
-                    resource = attributes(resource_spans.resource.attributes)
-                    for scope_spans in resource_spans.scope_spans:
-                        receiver.spans.extend((resource, s) for s in scope_spans.spans)
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def wait(self, count: int, timeout_s: float = 20.0) -> list[tuple[dict[str, Any], Span]]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.spans) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.spans) == count, self.spans
-        return self.spans
-
-
-def attributes(values: Any) -> dict[str, Any]:
-    """OTLP KeyValues as a dict of Python values."""
-    out: dict[str, Any] = {}
-    for kv in values:
-        kind = kv.value.WhichOneof("value")
-        out[kv.key] = getattr(kv.value, kind)
-    return out
 
 
 @pytest.fixture
