@@ -81,7 +81,7 @@ class Hosted:
 async def hosted(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Hosted]:
     monkeypatch.setenv("KVGATE_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv("KVGATE_TEST_OPENAI_KEY", OPENAI_KEY)
-    emulator = Emulator()
+    emulator = Emulator(event_delay_s=0.01)  # so that a client can leave a stream half way
     url = await harness.serve(emulator.app())
     harness.add_prices(SONNET, GPT, EMBEDDING_SMALL)
     claude = {
@@ -99,6 +99,15 @@ async def hosted(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> AsyncIter
             fallbacks=[{"litellm_model": "anthropic/anthropic-cache-mixed", **claude}],
         ),
         litellm("gpt", "openai/openai-responses-cached", **gpt, price_model=GPT.model),
+        litellm(
+            "gpt-retry",
+            "openai/openai-error-429",
+            **gpt,
+            price_model=GPT.model,
+            fallbacks=[
+                {"litellm_model": "openai/openai-responses-cached", **gpt, "price_model": GPT.model}
+            ],
+        ),
         litellm("embed", "openai/openai-embedding", **gpt, price_model=EMBEDDING_SMALL.model),
     )
     yield Hosted(emulator, gateway, harness.tenant.key)
@@ -266,6 +275,29 @@ async def test_a_failing_anthropic_target_fails_over_on_the_messages_wire(hosted
     ]
 
 
+async def test_a_client_that_leaves_a_hosted_messages_stream_is_charged_its_cache_writes(
+    hosted: Hosted,
+) -> None:
+    """message_start reported the input (reads, 5m and 1h writes): kept as reported; the
+    output is what was relayed, so the record says estimated."""
+    async with (
+        hosted.gateway.http(hosted.key) as http,
+        http.stream("POST", "/v1/messages", json={**ASKED, "stream": True}) as reply,
+    ):
+        request_id = reply.headers["x-request-id"]
+        deltas = 0
+        async for line in reply.aiter_lines():
+            deltas += line.startswith("event: content_block_delta")
+            if deltas == 3:
+                break
+    [row] = await hosted.gateway.attempts(request_id, count=1)
+    assert (row.status, row.error) == ("cancelled", "client disconnected")
+    assert classes(row)[:4] == (30, 2000, 1200, 1000) and row.usage_source == "estimated"
+    assert 3 <= row.output_tokens < 40
+    # 30 × 3 + 2,000 × 0.30 + 200 × 3.75 + 1,000 × 6 per million, and the output so far
+    assert row.cost_total == D("0.007440000") + D(row.output_tokens * 15) / 10**6
+
+
 async def test_hosted_count_tokens_is_forwarded_and_not_billed(hosted: Hosted) -> None:
     asked = {k: ASKED[k] for k in ("model", "system", "messages")}
     raw = await hosted.anthropic().messages.with_raw_response.count_tokens(**asked)
@@ -344,6 +376,17 @@ async def test_a_hosted_responses_stream_relays_events_and_bills_response_comple
     assert row.cost_total == D(RESPONSES_COST)
 
 
+async def test_a_429_fails_over_to_the_next_target_on_the_responses_wire(hosted: Hosted) -> None:
+    raw = await hosted.openai().responses.with_raw_response.create(model="gpt-retry", input="x")
+    assert extra(raw.parse().usage, "cost") == RESPONSES_COST
+    rows = await hosted.gateway.attempts(raw.headers["x-request-id"])
+    assert [(r.attempt, r.status, r.upstream, r.endpoint) for r in rows] == [
+        (1, "failed", "openai/openai-error-429", "/v1/responses"),
+        (2, "completed", "openai/openai-responses-cached", "/v1/responses"),
+    ]
+    assert rows[0].error is not None and "provider answered 429" in rows[0].error
+
+
 # -- what a deployment serves ------------------------------------------------------------
 
 
@@ -374,5 +417,6 @@ async def test_an_endpoint_no_target_speaks_is_a_400_in_its_shape_naming_what_is
         "claude": ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"],
         "claude-retry": ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"],
         "gpt": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"],
+        "gpt-retry": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"],
         "embed": ["/v1/chat/completions", "/v1/embeddings", "/v1/responses"],
     }
