@@ -200,7 +200,7 @@ def create_app(settings: Settings) -> FastAPI:
             )
             backends.update(dict.fromkeys(fleets, vllm))
         # litellm is imported (seconds) only when a deployment needs it, and before serving.
-        hosted = await build_hosted(settings, state.deployments)
+        hosted = await build_hosted(settings, state.deployments, state.http)
         if hosted is not None:
             backends.update(dict.fromkeys(hosted.deployments, hosted))
         state.alerts = alerts = Alerts(

@@ -172,6 +172,17 @@ class ProviderTarget(BaseModel):
         """``api_base`` without a trailing slash; None: the provider's own."""
         return None if self.api_base is None else str(self.api_base).rstrip("/")
 
+    @property
+    def provider(self) -> str:
+        """The provider litellm's prefix names (``anthropic``, ``openai``…); '' without one."""
+        prefix, slash, _ = self.litellm_model.partition("/")
+        return prefix.lower() if slash else ""
+
+    @property
+    def provider_model(self) -> str:
+        """The model name the provider knows: the litellm model without its prefix."""
+        return self.litellm_model.partition("/")[2] or self.litellm_model
+
 
 class ProviderDeployment(ProviderTarget):
     """A model name served by hosted providers through litellm, tried in order."""

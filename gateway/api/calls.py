@@ -8,6 +8,7 @@ upstream untouched, as vLLM and providers accept many extensions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -83,11 +84,13 @@ def parse_call(
     *,
     tags_header: str | None = None,
     size: int = 0,
+    wire_headers: Sequence[tuple[str, str]] = (),
 ) -> Call:
     """Check every member's JSON type; raise InvalidRequest with the member named.
 
     ``tags_header`` is the request's X-Kvgate-Tags (gateway/api/attribution.py); ``size``
-    the body's length in bytes as received (the bound budgets reserve against).
+    the body's length in bytes as received (the bound budgets reserve against);
+    ``wire_headers`` the client's headers of its wire, passed on to same-wire providers.
     """
     check(SCHEMAS[endpoint], body)
     model: str = body["model"]
@@ -114,6 +117,7 @@ def parse_call(
         ),
         tags=tags_of(tags_header, None if endpoint.anthropic else metadata),
         body_bytes=size,
+        wire_headers=tuple(wire_headers),
     )
 
 

@@ -26,10 +26,15 @@ from gateway.api.calls import Call, Endpoint, interaction_id, parse_body, parse_
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
-from gateway.serving.calls import SERVED
+from gateway.serving.calls import served
 from gateway.serving.context import Context
 
 log = logging.getLogger("kvgate.inference")
+
+
+# Anthropic's headers that say which version and betas of its wire the client speaks:
+# passed on as they came to a hosted Anthropic target (vLLM answers in one version).
+WIRE_HEADERS = ("anthropic-version", "anthropic-beta")
 
 
 class ClientGone(Exception):
@@ -104,7 +109,11 @@ async def parse(request: Request, endpoint: Endpoint) -> Call:
     size = len(raw)
     body = parse_body(raw, limit)
     del raw
-    return parse_call(endpoint, body, tags_header=request.headers.get("x-kvgate-tags"), size=size)
+    headers = request.headers
+    wire = [(n, headers[n]) for n in WIRE_HEADERS if endpoint.anthropic and n in headers]
+    return parse_call(
+        endpoint, body, tags_header=headers.get("x-kvgate-tags"), size=size, wire_headers=wire
+    )
 
 
 def look_up(deployments: Mapping[str, AnyDeployment], model: str) -> AnyDeployment:
@@ -167,7 +176,7 @@ def model_card(name: str, deployment: AnyDeployment, created: int) -> dict[str, 
         "object": "model",
         "created": created,
         "owned_by": "kvgate",
-        "endpoints": [str(e) for e in SERVED[deployment.backend]],
+        "endpoints": [str(e) for e in served(deployment)],
     }
 
 

@@ -50,6 +50,13 @@ class Answer:
     outcome: Outcome
     wire: Wire | None = None
 
+    @classmethod
+    def of(cls, body: dict[str, Any], wire: Wire) -> Answer:
+        """A complete answer on ``wire``, its outcome read from the body."""
+        return cls(
+            body=body, upstream_usage=body.get("usage"), outcome=wire.outcome(body), wire=wire
+        )
+
     def reply(self, record: Record | None) -> Response:
         """The answer to send, its usage billed from ``record`` (None: not billed)."""
         if self.wire is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from gateway.config import Deployment, ProviderDeployment, ProviderTarget
 from gateway.errors import InvalidRequest
 
 MAX_NESTING = 254  # levels of JSON nesting orjson writes (it reads 1024)
@@ -35,13 +36,29 @@ class Endpoint(StrEnum):
         return self is not Endpoint.COUNT_TOKENS
 
 
-# The endpoints each backend serves (a deployment's ``backend``): vLLM serves every wire
-# itself; litellm's providers are reached through their chat APIs only. /v1/models lists
-# these per model.
-SERVED: dict[str, tuple[Endpoint, ...]] = {
-    "vllm": tuple(Endpoint),
-    "litellm": (Endpoint.CHAT,),
+# The endpoints a vLLM deployment serves: every wire, vLLM serves them all itself.
+VLLM_SERVED: tuple[Endpoint, ...] = tuple(Endpoint)
+# What a hosted target serves beyond chat (which litellm translates for every provider):
+# the endpoints its provider speaks on its own wire, forwarded untranslated
+# (gateway/serving/passthrough.py).
+PROVIDER_WIRES: dict[str, tuple[Endpoint, ...]] = {
+    "openai": (Endpoint.EMBEDDINGS, Endpoint.RESPONSES),
+    "anthropic": (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS),
 }
+
+
+def speaks(target: ProviderTarget) -> tuple[Endpoint, ...]:
+    """The endpoints one hosted target serves: chat, and its provider's own wire."""
+    return (Endpoint.CHAT, *PROVIDER_WIRES.get(target.provider, ()))
+
+
+def served(deployment: Deployment | ProviderDeployment) -> tuple[Endpoint, ...]:
+    """The endpoints a deployment serves (/v1/models lists them): a hosted one's are those
+    any of its targets speaks, each served by those targets in their order."""
+    if not isinstance(deployment, ProviderDeployment):
+        return VLLM_SERVED
+    spoken = {e for target in deployment.targets for e in speaks(target)}
+    return tuple(e for e in Endpoint if e in spoken)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +85,9 @@ class Call:
     # tokenizer makes at most one token per byte; the JSON around the text covers a chat
     # template's own tokens). 0 where unknown.
     body_bytes: int = 0
+    # The client's headers of its wire that a same-wire provider is sent as they came
+    # (Anthropic's ``anthropic-version`` and ``anthropic-beta``), as (name, value) pairs.
+    wire_headers: tuple[tuple[str, str], ...] = ()
 
 
 def forwardable(body: dict[str, Any]) -> bytes:

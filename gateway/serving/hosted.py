@@ -1,9 +1,13 @@
-"""The hosted backend through litellm: each deployment's targets, tried in order.
+"""The hosted backend: each deployment's targets, tried in order.
 
-    plan     the deployment's targets (primary, then fallbacks), one attempt each
-    send     litellm's completion, its usage normalised (``gateway.usage.from_litellm``)
+    plan     the deployment's targets (primary, then fallbacks) that speak the endpoint,
+             one attempt each; none: a 400 naming the endpoints the deployment serves
+    send     chat: litellm's completion, its usage normalised (``gateway.usage
+             .from_litellm``); the other endpoints: the provider's own wire, untranslated
+             (gateway/serving/passthrough.py)
     open     litellm's stream, its first chunk read before the client sees a byte, so a
-             provider that fails at once fails over like a non-streamed call
+             provider that fails at once fails over like a non-streamed call; or the
+             provider's own event stream, open once it answered 200
 
 A failed attempt (connect error, timeout, 429, 5xx) is recorded and the next target is
 tried as another attempt of the same interaction.
@@ -18,13 +22,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import aiohttp
+
 from gateway.accounting.records import Record, Status
 from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, KvgateError
 from gateway.serving import replies
 from gateway.serving.backend import Answer
-from gateway.serving.calls import SERVED, forwardable
+from gateway.serving.calls import Endpoint, forwardable, served, speaks
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
+from gateway.serving.passthrough import Passthrough
+from gateway.serving.wires import WireStream
 from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
 
 log = logging.getLogger("kvgate.providers")
@@ -47,24 +55,27 @@ class HostedBackend:
         providers: Providers,
         deployments: Mapping[str, ProviderDeployment],
         keys: Mapping[str, str],
+        session: aiohttp.ClientSession,
     ) -> None:
         self.providers = providers
         self.deployments = dict(deployments)
         self.keys = dict(keys)
+        self.passthrough = Passthrough(session, keys)
 
     async def plan(self, ctx: Context) -> Plan:
-        """The deployment's targets; only chat is served through litellm."""
-        if ctx.call.endpoint not in SERVED["litellm"]:
-            served = ", ".join(SERVED["litellm"])
+        """The deployment's targets that speak the call's endpoint, in their order."""
+        deployment, endpoint = self.deployments[ctx.deployment.name], ctx.call.endpoint
+        targets = tuple(t for t in deployment.targets if endpoint in speaks(t))
+        if not targets:
             raise InvalidRequest(
-                f"model '{ctx.call.model}' is served through a chat API only, "
-                f"not on {ctx.call.endpoint.value}: use {served}",
+                f"model '{ctx.call.model}' is not served on {endpoint.value}; it is served "
+                f"on {', '.join(served(deployment))}",
                 param="model",
             )
         # The vLLM path's limit, checked before litellm's own json gives up (about 1000
         # levels, as a connection error): the same body is refused the same way on both.
         forwardable(ctx.call.body)
-        return Plan(self.deployments[ctx.deployment.name].targets)
+        return Plan(targets)
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
         """Attempt ``number`` goes to the ``number``-th target."""
@@ -79,15 +90,16 @@ class HostedBackend:
         )
 
     def _request(self, ctx: Context, attempt: Attempt) -> ProviderRequest:
-        target = attempt.hold
-        assert isinstance(target, ProviderTarget)
+        target = _target(attempt)
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
         return ProviderRequest(
             target=target, body=ctx.call.body, api_key=key, stream=ctx.call.stream
         )
 
     async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
-        """One litellm completion."""
+        """One litellm completion, or one call on the provider's own wire."""
+        if ctx.call.endpoint is not Endpoint.CHAT:
+            return await self.passthrough.send(ctx.call, _target(attempt))
         reply = await self.providers.complete(self._request(ctx, attempt))
         return Answer(
             body=reply.body,
@@ -100,8 +112,10 @@ class HostedBackend:
             ),
         )
 
-    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> HostedStream:
-        """One litellm stream, its first chunk already read."""
+    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> HostedStream | WireStream:
+        """One litellm stream, its first chunk already read; or the provider's own."""
+        if ctx.call.endpoint is not Endpoint.CHAT:
+            return await self.passthrough.open(ctx.call, _target(attempt))
         return HostedStream(await self.providers.open_stream(self._request(ctx, attempt)))
 
     def first_token(self, attempt: Attempt) -> None:
@@ -121,6 +135,12 @@ class HostedBackend:
     def exhausted(self, error: KvgateError) -> KvgateError:
         """The last target's failure, as the provider answered."""
         return error
+
+
+def _target(attempt: Attempt) -> ProviderTarget:
+    target = attempt.hold
+    assert isinstance(target, ProviderTarget)
+    return target
 
 
 class HostedStream:
@@ -168,12 +188,16 @@ class HostedStream:
         await self.stream.close()
 
 
-async def build_hosted(settings: Settings, deployments: Mapping[str, Any]) -> HostedBackend | None:
-    """The litellm backend; None if no model uses it (litellm is then never imported)."""
+async def build_hosted(
+    settings: Settings, deployments: Mapping[str, Any], session: aiohttp.ClientSession
+) -> HostedBackend | None:
+    """The hosted backend; None if no model uses it (litellm is then never imported)."""
     chosen = {n: d for n, d in deployments.items() if isinstance(d, ProviderDeployment)}
     if not chosen:
         return None
     providers = Providers()
     await asyncio.to_thread(providers.load)
     log.info("litellm %s loaded for %d model(s)", providers.version, len(chosen))
-    return HostedBackend(providers=providers, deployments=chosen, keys=settings.provider_keys())
+    return HostedBackend(
+        providers=providers, deployments=chosen, keys=settings.provider_keys(), session=session
+    )

@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
-import orjson
 
 from gateway.accounting.records import Record, Status
 from gateway.auth import cache_salt
@@ -44,7 +43,7 @@ from gateway.serving.homes import ResponseHomes
 from gateway.serving.prompts import routing_prompt
 from gateway.serving.wires import WIRES, Wire, WireStream
 from gateway.upstream import sse
-from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, post_json
+from gateway.upstream.vllm import UpstreamConnectError, UpstreamStream, json_object, post_json
 from gateway.usage import Usage, UsageSource, from_openai
 
 MAX_ATTEMPTS = 2
@@ -330,13 +329,11 @@ def _gone(response_id: str, replica: str) -> ResponseUnavailable:
 
 def _answer(status: int, raw: bytes, wire: Wire | None = None) -> Answer:
     """A replica's complete answer, or the error it amounts to."""
-    data = _json_object(raw)
+    data = json_object(raw)
     if status != 200 or data is None:
         raise _upstream_error(status, data, raw)
     if wire is not None:
-        return Answer(
-            body=data, upstream_usage=data.get("usage"), outcome=wire.outcome(data), wire=wire
-        )
+        return Answer.of(data, wire)
     upstream_usage = data.get("usage")
     return Answer(
         body=data,
@@ -360,14 +357,6 @@ def _cached_by_tier(usage: Any) -> tuple[int, int] | None:
     if not (isinstance(host, int) and isinstance(disk, int)) or host < 0 or disk < 0:
         return None
     return host, disk
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _upstream_error(status: int, data: dict[str, Any] | None, raw: bytes) -> KvgateError:

@@ -17,11 +17,16 @@ gateway/serving/vllm.py); each wire here says, for its endpoint:
                ``response.completed`` (or ``.incomplete`` / ``.failed``) is held back
     Messages   usage in Anthropic's convention; the stream's ``message_delta`` (the final
                usage) and ``message_stop`` are held back
+
+``WIRES`` read vLLM's answers; ``PROVIDER_WIRES`` the providers' own (OpenAI's Responses,
+Anthropic's Messages): the same, but for the service tier they report, which is billed,
+and Anthropic's cache writes, which vLLM's "creations" are not.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +40,14 @@ from gateway.serving.context import Outcome, now
 from gateway.serving.replies import cost_headers
 from gateway.upstream import sse
 from gateway.upstream.vllm import UpstreamStream
-from gateway.usage import Usage, UsageSource, from_openai, from_responses, from_vllm_anthropic
+from gateway.usage import (
+    Usage,
+    UsageSource,
+    from_anthropic,
+    from_openai,
+    from_responses,
+    from_vllm_anthropic,
+)
 
 
 def _billed(usage: dict[str, Any], record: Record) -> dict[str, Any]:
@@ -66,12 +78,18 @@ class Wire:
         """Why the answer ended; None for answers that do not say."""
         return None
 
+    def tier(self, answer: dict[str, Any]) -> str | None:
+        """The service tier the answer says it was served in (billed at its rates); None
+        where the upstream's tier means nothing to billing (vLLM's)."""
+        return None
+
     def outcome(self, body: dict[str, Any]) -> Outcome:
         """A complete answer's outcome."""
         return Outcome(
             status=Status.COMPLETED,
             usage=self.usage(body.get("usage")),
             finish_reason=self.finish_reason(body),
+            service_tier=self.tier(body),
         )
 
     def reply(self, body: dict[str, Any], record: Record | None) -> Response:
@@ -167,11 +185,55 @@ class MessagesWire(Wire):
         return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+def _tier(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class ProviderResponsesWire(ResponsesWire):
+    """OpenAI's own ``/v1/responses``: its reported ``service_tier`` is billed."""
+
+    def tier(self, answer: dict[str, Any]) -> str | None:
+        """The response's ``service_tier`` (``default``, ``priority``, ``flex``)."""
+        return _tier(answer.get("service_tier"))
+
+
+class ProviderMessagesWire(MessagesWire):
+    """Anthropic's own ``/v1/messages``: cache writes are writes (5-minute and 1-hour),
+    billed at their rates; the tier is in the usage."""
+
+    def usage(self, upstream: Any) -> Usage:
+        """Anthropic's usage: reads and writes on top of ``input_tokens``."""
+        return from_anthropic(upstream if isinstance(upstream, dict) else None)
+
+    def billed_usage(self, upstream: Any, record: Record) -> dict[str, Any]:
+        """As vLLM's, with the 5m / 1h breakdown of the writes where Anthropic gave one."""
+        usage = super().billed_usage(upstream, record)
+        if isinstance(usage.get("cache_creation"), dict):
+            billed = record.usage
+            usage["cache_creation"] = {
+                **usage["cache_creation"],
+                "ephemeral_5m_input_tokens": billed.cache_write_tokens
+                - billed.cache_write_1h_tokens,
+                "ephemeral_1h_input_tokens": billed.cache_write_1h_tokens,
+            }
+        return usage
+
+    def tier(self, answer: dict[str, Any]) -> str | None:
+        """The ``service_tier`` Anthropic reports in the usage (``standard``, ``priority``)."""
+        return _tier(_dict(answer.get("usage")).get("service_tier"))
+
+
 WIRES: dict[Endpoint, Wire] = {
     Endpoint.EMBEDDINGS: EmbeddingsWire(),
     Endpoint.RESPONSES: ResponsesWire(),
     Endpoint.MESSAGES: MessagesWire(),
     Endpoint.COUNT_TOKENS: Wire(),
+}
+# The same wires spoken by the providers themselves (gateway/serving/passthrough.py).
+PROVIDER_WIRES: dict[Endpoint, Wire] = {
+    **WIRES,
+    Endpoint.RESPONSES: ProviderResponsesWire(),
+    Endpoint.MESSAGES: ProviderMessagesWire(),
 }
 
 
@@ -186,8 +248,8 @@ def _event_name(event: bytes) -> bytes:
 
 
 class WireStream:
-    """A Responses or Messages stream from a replica: events passed on as they arrive,
-    the closing ones held back; usage read from them."""
+    """A Responses or Messages stream (a replica's, or a provider's on its own wire):
+    events passed on as they arrive, the closing ones held back; usage read from them."""
 
     def __init__(
         self,
@@ -206,6 +268,7 @@ class WireStream:
         self.held: list[tuple[bytes, dict[str, Any]]] = []  # (event name, its data)
         self.usage: dict[str, Any] | None = None
         self.finish: str | None = None
+        self.tier: str | None = None
         self.content_events = 0
         self.ended = False
 
@@ -240,6 +303,7 @@ class WireStream:
                 response = _dict(data.get("response"))
                 self.usage = _dict(response.get("usage")) or None
                 self.finish = self.wire.finish_reason(response)
+                self.tier = self.wire.tier(response)
                 self.held.append((name, data))
                 self.ended = True
                 return True
@@ -247,6 +311,7 @@ class WireStream:
         if name == b"message_start":
             message = _dict(_data(event).get("message"))
             self.usage = _dict(message.get("usage")) or None
+            self.tier = self.wire.tier(message)
         elif name in MessagesWire.HELD:
             data = _data(event)
             if name == b"message_delta":
@@ -264,12 +329,8 @@ class WireStream:
         if self.usage is not None and (ended or not isinstance(self.wire, ResponsesWire)):
             usage = self.wire.usage(self.usage)
             if not ended:  # Messages: the input was reported at the start; output so far
-                usage = Usage(
-                    uncached_tokens=usage.uncached_tokens,
-                    cache_read_tokens=usage.cache_read_tokens,
-                    output_tokens=max(usage.output_tokens, self.content_events),
-                    source=UsageSource.ESTIMATED,
-                )
+                output = max(usage.output_tokens, self.content_events)
+                usage = replace(usage, output_tokens=output, source=UsageSource.ESTIMATED)
         else:
             usage = Usage.estimated(self.prompt_chars, self.content_events)
         return Outcome(
@@ -277,6 +338,7 @@ class WireStream:
             usage=usage,
             first_token_at=self.first_token_at,
             finish_reason=self.finish,
+            service_tier=self.tier,
             error=error,
         )
 

@@ -1,16 +1,20 @@
-"""The one module that talks HTTP to vLLM replicas: a pooled aiohttp session.
+"""The one module that talks HTTP to upstreams without litellm, vLLM replicas and hosted
+providers on their own wire: a pooled aiohttp session.
 
 aiohttp is the client because it holds up under concurrency where httpx collapses
 (benchmarks/README.md, "Why the code is the way it is"); one session, created in the
-app's lifespan, serves every call.
+app's lifespan, serves every call. A call's ``headers`` (a provider's key) go beside the
+JSON content type.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+import orjson
 
 from gateway.errors import UpstreamError
 
@@ -56,12 +60,31 @@ def _failure(url: str, exc: aiohttp.ClientError | TimeoutError) -> UpstreamError
     return UpstreamError(f"upstream error: {url}: {exc}")
 
 
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """A reply body as a JSON object; None when it is not one."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _headers(extra: Mapping[str, str] | None) -> Mapping[str, str]:
+    return _JSON_HEADERS if not extra else {**_JSON_HEADERS, **extra}
+
+
 async def post_json(
-    session: aiohttp.ClientSession, url: str, body: bytes, *, timeout: aiohttp.ClientTimeout
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    *,
+    timeout: aiohttp.ClientTimeout,
+    headers: Mapping[str, str] | None = None,
 ) -> UpstreamReply:
     """POST a JSON body and read the whole reply."""
+    sent = _headers(headers)
     try:
-        async with session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as reply:
+        async with session.post(url, data=body, headers=sent, timeout=timeout) as reply:
             data = await reply.read()
             return UpstreamReply(reply.status, data, reply.content_type)
     except (aiohttp.ClientError, TimeoutError) as exc:
@@ -72,9 +95,14 @@ class UpstreamStream:
     """A streaming POST: the status first, then the body's bytes as they arrive."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, url: str, body: bytes, timeout: aiohttp.ClientTimeout
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        body: bytes,
+        timeout: aiohttp.ClientTimeout,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        self._context = session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout)
+        self._context = session.post(url, data=body, headers=_headers(headers), timeout=timeout)
         self._reply: aiohttp.ClientResponse | None = None
         self.url = url
 

@@ -7,7 +7,12 @@ case by the model it asks for (in the body, or in the URL for Gemini):
 - ``fixtures/<case>.json``: the non-streaming response body;
 - ``fixtures/<case>.sse``: the full stream, events separated by blank lines, sent one by
   one (``event_delay_s`` apart, so a test can abandon a stream half way);
-- a case whose name contains ``-error-NNN`` answers with status NNN and its ``.json`` body.
+- a case whose name contains ``-error-NNN`` answers with status NNN and its ``.json`` body;
+- ``fixtures/<case>.count.json``: Anthropic's ``/v1/messages/count_tokens`` answer.
+
+OpenAI's routes are under ``/v1`` (``/v1/chat/completions``, ``/v1/embeddings``,
+``/v1/responses``), Anthropic's at ``/v1/messages`` and ``/v1/messages/count_tokens``,
+Gemini's under ``/v1beta/models``.
 
 Every request body received is kept in ``requests``, so tests can check what was sent.
 Run it alone with ``python -m tests.providers.emulator --port N``.
@@ -45,7 +50,10 @@ class Emulator:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/embeddings", self._openai)
+        app.router.add_post("/v1/responses", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/v1beta/models/{action}", self._gemini)
         app.router.add_get("/health", self._health)
         return app
@@ -60,6 +68,10 @@ class Emulator:
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         body = await self._receive(request)
         return await self._replay(request, str(body.get("model")), bool(body.get("stream")))
+
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        body = await self._receive(request)
+        return await self._replay(request, f"{body.get('model')}.count", stream=False)
 
     async def _gemini(self, request: web.Request) -> web.StreamResponse:
         await self._receive(request)

@@ -83,4 +83,15 @@ OPENROUTER_SONNET = price_from_mapping(
         "output": "15",
     }
 )
+# Embeddings bill their input tokens only (they generate nothing, and OpenAI reports no
+# cached tokens on them).
+EMBEDDING_SMALL = price_from_mapping(
+    {
+        "model": "text-embedding-3-small",
+        "effective_from": "2024-01-25",
+        "input": "0.02",
+        "cache_read": "0.02",
+        "output": "0",
+    }
+)
 ALL: list[Price] = [SONNET, GPT, DEEPSEEK, GEMINI, OPENROUTER_SONNET]

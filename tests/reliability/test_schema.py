@@ -86,11 +86,11 @@ def test_the_schema_documents_every_endpoint(stack: Stack) -> None:
     chat = document["components"]["schemas"]["ChatCompletionRequest"]
     assert chat["properties"]["model"]["enum"] == ["claude", "kvgate/demo-llama-8b"]
     text = document["components"]["schemas"]["CompletionRequest"]
-    assert text["properties"]["model"]["enum"] == ["kvgate/demo-llama-8b"]  # litellm: chat only
+    assert text["properties"]["model"]["enum"] == ["kvgate/demo-llama-8b"]  # hosted: no completions
     # And /v1/models says so, model by model.
     auth = {"Authorization": f"Bearer {stack.keys['alpha']}"}
     for model, endpoints in (
-        ("claude", ["/v1/chat/completions"]),
+        ("claude", ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"]),
         ("kvgate/demo-llama-8b", [e.value for e in Endpoint]),
     ):
         status, _, body = call(f"{stack.url}/v1/models/{model}", headers=auth)
