@@ -24,10 +24,8 @@ from gateway.invoices.shapes import (
     Tokens,
     count,
     decimal,
-    items,
     mapping,
-    more_pages,
-    pages,
+    tally_pages,
     text,
 )
 
@@ -36,19 +34,7 @@ CENTS = Decimal(100)
 
 def read_anthropic(document: Any) -> Bill:
     """The bill an Anthropic usage and/or cost report (parsed JSON) adds up to."""
-    tally = Tally()
-    found = pages(document, "Anthropic")
-    for where, kind, page in found:
-        tally.has_usage |= kind == "usage"
-        tally.has_costs |= kind == "costs"
-        for b, bucket in enumerate(items(page.get("data"), f"{where}.data")):
-            at = f"{where}.data[{b}]"
-            bucket = mapping(bucket, at)
-            day = _day(bucket, at)
-            tally.days.add(day)
-            for r, result in enumerate(items(bucket.get("results"), f"{at}.results")):
-                _result(tally, day, mapping(result, f"{at}.results[{r}]"), f"{at}.results[{r}]")
-    tally.warnings += more_pages(found)
+    tally = tally_pages(document, "Anthropic", _day, _result)
     return tally.bill("anthropic", counts_requests=False)
 
 

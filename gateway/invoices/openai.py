@@ -25,10 +25,8 @@ from gateway.invoices.shapes import (
     Tokens,
     count,
     decimal,
-    items,
     mapping,
-    more_pages,
-    pages,
+    tally_pages,
     text,
 )
 
@@ -38,19 +36,7 @@ COSTS = "organization.costs.result"
 
 def read_openai(document: Any) -> Bill:
     """The bill an OpenAI usage and/or costs export (parsed JSON) adds up to."""
-    tally = Tally()
-    found = pages(document, "OpenAI")
-    for where, kind, page in found:
-        tally.has_usage |= kind == "usage"
-        tally.has_costs |= kind == "costs"
-        for b, bucket in enumerate(items(page.get("data"), f"{where}.data")):
-            at = f"{where}.data[{b}]"
-            bucket = mapping(bucket, at)
-            day = _day(bucket, at)
-            tally.days.add(day)
-            for r, result in enumerate(items(bucket.get("results"), f"{at}.results")):
-                _result(tally, day, mapping(result, f"{at}.results[{r}]"), f"{at}.results[{r}]")
-    tally.warnings += more_pages(found)
+    tally = tally_pages(document, "OpenAI", _day, _result)
     return tally.bill("openai", counts_requests=True)
 
 

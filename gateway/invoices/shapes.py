@@ -7,7 +7,7 @@ what it holds. Members kvgate does not read are ignored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, InvalidOperation
@@ -198,6 +198,34 @@ def more_pages(found: list[tuple[str, str | None, Mapping[str, Any]]]) -> list[s
         for where, page in last.values()
         if page.get("has_more") is True
     ]
+
+
+# A provider's reading of one result of a bucket: (tally, the bucket's UTC day, the result,
+# where it stands in the file, for errors).
+ResultReader = Callable[["Tally", date, Mapping[str, Any], str], None]
+
+
+def tally_pages(
+    document: Any,
+    provider: str,
+    day_of: Callable[[Mapping[str, Any], str], date],
+    read: ResultReader,
+) -> Tally:
+    """Every page's buckets (``data``), each of their ``results`` read on the bucket's day."""
+    tally = Tally()
+    found = pages(document, provider)
+    for where, kind, page in found:
+        tally.has_usage |= kind == "usage"
+        tally.has_costs |= kind == "costs"
+        for b, bucket in enumerate(items(page.get("data"), f"{where}.data")):
+            at = f"{where}.data[{b}]"
+            bucket = mapping(bucket, at)
+            day = day_of(bucket, at)
+            tally.days.add(day)
+            for r, result in enumerate(items(bucket.get("results"), f"{at}.results")):
+                read(tally, day, mapping(result, f"{at}.results[{r}]"), f"{at}.results[{r}]")
+    tally.warnings += more_pages(found)
+    return tally
 
 
 def _kind(value: Any) -> str:
