@@ -12,7 +12,16 @@ from decimal import Decimal
 from dashboard.view import View
 from gateway import billing
 from gateway.db import adjustments, crud, lookups
-from gateway.db.figures import attribution, budgets, latency, prices, replicas, spend, tiers
+from gateway.db.figures import (
+    attribution,
+    budgets,
+    endpoints,
+    latency,
+    prices,
+    replicas,
+    spend,
+    tiers,
+)
 from gateway.db.figures.budgets import BudgetFigures, Refusals
 from gateway.db.figures.latency import Ttft
 from gateway.db.figures.prices import PaidRate, Unpriced
@@ -121,6 +130,7 @@ class Models:
     prices: list[Price]
     paid: list[PaidRate]
     unpriced: list[Unpriced]
+    endpoints: list[endpoints.EndpointFigures] = field(default_factory=list)
 
 
 def models(session: Session, view: View) -> Models:
@@ -129,6 +139,7 @@ def models(session: Session, view: View) -> Models:
         prices=crud.price_book(session).entries(),
         paid=prices.paid_rates(session, view.scope),
         unpriced=prices.unpriced(session, view.scope),
+        endpoints=endpoints.by_endpoint(session, view.scope),
     )
 
 

@@ -129,3 +129,30 @@ if models.unpriced:
     )
 elif ctx.traffic is not None:
     st.success("Every request in this period was priced.")
+
+st.header("By endpoint")
+if models.endpoints:
+    st.caption(
+        "Attempts, tokens and cost per inference endpoint in this period (the same figures "
+        "as the statements' endpoint column); 'before endpoints were kept' are records made "
+        "before kvgate stored them (all chat or completions)."
+    )
+    st.dataframe(
+        [
+            {
+                "endpoint": e.endpoint or "before endpoints were kept",
+                "attempts": e.requests,
+                "prompt tokens": e.prompt_tokens,
+                "read from cache": e.cache_read_tokens,
+                "output tokens": e.output_tokens,
+                "cost": formatting.money(e.cost_total, e.currency)
+                if e.currency is not None
+                else "unpriced",
+            }
+            for e in models.endpoints
+        ],
+        hide_index=True,
+        key="endpoints",
+    )
+elif ctx.traffic is not None:
+    st.caption("No attempts in this period.")

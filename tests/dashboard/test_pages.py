@@ -21,10 +21,13 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import formatting
 from gateway import billing
+from gateway.accounting.recorder import insert_records
 from gateway.accounting.records import Record
 from gateway.db import crud
+from gateway.db.session import make_engine
+from gateway.usage import Usage
 from pricing.cost import NANO, PER_MILLION
-from tests.dashboard.conftest import World, open_app
+from tests.dashboard.conftest import World, at, make, open_app
 from tests.factories import BOOK, JAN, JUL
 
 D = Decimal
@@ -403,3 +406,58 @@ def test_requests_page_lists_filters_and_looks_up_every_attempt(
     assert len(app.dataframe(key="attempts").value) == 3
     app.text_input(key="lookup").set_value("nope").run()
     assert "No request or interaction 'nope'" in texts(app, "warning")
+
+
+def test_models_page_splits_the_periods_traffic_by_endpoint(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every record of the world came in on chat; two more on Responses and embeddings."""
+    extra = [
+        make(
+            90,
+            world.a,
+            at(1, 7, 0),
+            Usage(300, 100, 0, 30),
+            interaction="r90",
+            endpoint="/v1/responses",
+        ),
+        make(
+            91,
+            world.b,
+            at(1, 8, 0),
+            Usage(64, 0, 0, 0),
+            interaction="e91",
+            endpoint="/v1/embeddings",
+        ),
+    ]
+    insert_records(make_engine(world.url), extra)
+    app = open_app(world.url, monkeypatch, page="models")
+    table = app.dataframe[-1].value.to_dict("records")
+    everything = [*world.records, *extra]
+
+    def line(endpoint: str) -> dict[str, object]:
+        mine = [r for r in everything if r.endpoint == endpoint and r.priced]
+        return {
+            "endpoint": endpoint,
+            "attempts": len(mine),
+            "prompt tokens": sum(r.usage.prompt_tokens for r in mine),
+            "read from cache": sum(r.usage.cache_read_tokens for r in mine),
+            "output tokens": sum(r.usage.output_tokens for r in mine),
+            "cost": formatting.money(sum((r.cost.total for r in mine), D(0)), "USD"),
+        }
+
+    unpriced = [r for r in everything if not r.priced]
+    assert table == [
+        line("/v1/chat/completions"),
+        line("/v1/responses"),
+        line("/v1/embeddings"),
+        {
+            "endpoint": "/v1/chat/completions",
+            "attempts": len(unpriced),
+            "prompt tokens": 7,
+            "read from cache": 0,
+            "output tokens": 1,
+            "cost": "unpriced",
+        },
+    ]
+    assert table[1]["prompt tokens"] == 400 and table[2]["attempts"] == 1

@@ -7,6 +7,7 @@ tiers.py     per replica cached tokens by cache tier (GPU, host memory, disk)
 breaks.py    prefix breakers: break positions ranked, tokens and money lost
 reconcile.py per replica and window, the records against the replica's own counters
 attribution.py  a tenant's spend by end user and by tag (from the requests, not rollups)
+endpoints.py the scope's attempts, tokens and cost per inference endpoint (from the requests)
 invoices.py  per UTC day × hosted upstream, what kvgate recorded (against providers' bills)
 budgets.py   each budget's period: spend, remaining, burn rate, run-out; refusals over time
 """

@@ -30,7 +30,8 @@ class Spender:
     cost_total: Decimal
 
 
-def _in_scope(scope: Scope) -> list[Any]:
+def in_scope(scope: Scope) -> list[Any]:
+    """The conditions on requests rows of the scope: its period, tenants and models."""
     conditions = [RequestRow.started_at >= scope.lower, RequestRow.started_at < scope.upper]
     if scope.tenant_ids:
         conditions.append(RequestRow.tenant_id.in_(scope.tenant_ids))
@@ -51,7 +52,7 @@ def top_end_users(session: Session, scope: Scope, *, limit: int = 10) -> list[Sp
             func.count().label("requests"),
             func.sum(RequestRow.cost_total).label("cost_total"),
         )
-        .where(*_in_scope(scope), RequestRow.end_user.is_not(None))
+        .where(*in_scope(scope), RequestRow.end_user.is_not(None))
         .group_by(RequestRow.end_user)
     )
     found = [Spender(str(r[0]), int(r[1]), Decimal(r[2])) for r in session.execute(query)]
@@ -71,7 +72,7 @@ def top_tags(session: Session, scope: Scope, *, limit: int = 10) -> list[Spender
             func.count().label("requests"),
             func.sum(RequestRow.cost_total).label("cost_total"),
         )
-        .where(*_in_scope(scope), RequestRow.tags.is_not(None))
+        .where(*in_scope(scope), RequestRow.tags.is_not(None))
         .group_by(text)
     )
     requests: dict[str, int] = defaultdict(int)
