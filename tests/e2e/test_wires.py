@@ -200,7 +200,9 @@ def test_the_openai_node_sdk_streams_responses_with_cached_tokens_and_their_cost
         "the Node client is installed by make test-deps"
     )
     env = {**os.environ, "KVGATE_BASE_URL": stack.base_url, "KVGATE_API_KEY": stack.keys["alpha"]}
-    argv = [node, str(NODE_CLIENT / "responses_stream.mjs"), SOLO, SYSTEM, "node, streamed", "7"]
+    # Instructions of its own: the module's other tests have cached SYSTEM on this replica.
+    system = "You are the Node SDK's test assistant; answer in one line. " * 12
+    argv = [node, str(NODE_CLIENT / "responses_stream.mjs"), SOLO, system, "node, streamed", "7"]
     runs = [
         json.loads(
             subprocess.run(
