@@ -72,7 +72,7 @@ def test_failed_sign_ins_lock_the_client_across_new_sessions_and_forged_addresse
 ) -> None:
     """5 failures lock the client's address; new sessions, X-Forwarded-For headers and
     the right password change nothing until the lock ends; the next failure doubles it."""
-    lockout = 3.0
+    lockout = 6.0  # long enough that twelve sessions at once end inside it on a busy CI machine
     settings = {
         **PRODUCTION,
         "KVGATE_DASHBOARD_PASSWORD": PASSWORD,

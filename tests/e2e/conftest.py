@@ -1,4 +1,4 @@
-"""A real stack on loopback: `kvgate sim` replicas, `kvgate serve`, tenants made by the CLI."""
+"""A real stack on loopback: `kvgate sim` replicas, `kvgate serve`, tenants and their keys."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def stack(
         running_stack(
             tmp,
             database_url,
-            cli=True,
+            # Tenants and keys made in process by the code the CLI runs (tests/test_cli.py
+            # drives the commands): six CLI processes per stack cost CI about a minute.
             tenants=("alpha", "beta"),
             KVGATE_ADMIN_TOKEN=ADMIN_TOKEN,
             KVGATE_MAX_BODY_BYTES="65536",

@@ -12,6 +12,7 @@ from decimal import Decimal
 import openai
 import pytest
 
+from gateway import billing
 from tests.e2e.conftest import SOLO
 from tests.e2e.test_gateway import client, messages, raw, rows
 from tests.support.stack import Stack
@@ -96,10 +97,13 @@ def test_end_users_and_tags_are_recorded_and_split_the_statement(stack: Stack) -
     # Beta's end user of the same name is beta's alone.
     assert lines("beta", "end_user")["user-1"] == (1, spent("beta-u1"))
     assert "search" not in lines("beta", "tag:team")
-    # CSV: the group is among the last columns, after the totals-only ones.
+    # CSV: the group comes after the totals-only columns, before the adjustments' own.
     status, body = statement(stack, "alpha", "tag:team", "csv")
     table = list(csv.DictReader(io.StringIO(body.decode())))
-    assert status == 200 and list(table[0])[-2:] == ["group", "endpoint"]
+    columns = list(table[0])
+    assert status == 200 and columns == list(billing.CSV_COLUMNS)
+    assert columns.index("group") + 1 == columns.index("endpoint")
+    assert columns.index("endpoint") < columns.index("adjustment_total")
     assert sum(int(r["requests"]) for r in table if r["group"] == "search") == 2
 
 
