@@ -1,7 +1,9 @@
 """No overspend under concurrency, across gateways: two `kvgate serve` processes (journals
-of their own, one Postgres), 48 concurrent clients of one tenant (half of them streaming)
-against a small daily budget. Every request completes or gets 402; the settled spend stays
-within the limit and equals, to the nano-dollar, the sum of the records' costs in the period.
+of their own, one Postgres), 64 concurrent clients of one tenant (half of them streaming)
+against a small daily budget, each gateway restarted in turn mid-run. Every request
+completes or gets 402 (a client that finds its gateway down goes to the other); the settled
+spend stays within the limit and equals, to the nano-dollar, the sum of the records' costs
+in the period; no budget slice is held once the gateways are idle.
 """
 
 from __future__ import annotations
@@ -33,12 +35,11 @@ from tests.support.stack import SIM_MODEL, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 ADMIN = "test-admin-token"
-CLIENTS = 48
-EACH = 3
-LIMIT = Decimal("0.000300000")
+CLIENTS = 64
+LIMIT = Decimal("0.003000000")  # a few seconds of this traffic: exhausted during the restarts
 
 
-def test_two_gateways_never_overspend_one_budget(tmp_path: Path) -> None:
+def test_two_gateways_never_overspend_one_budget_through_restarts(tmp_path: Path) -> None:
     with (
         new_database("postgres", tmp_path) as url,
         running_stack(tmp_path, url, tenants=("small",), KVGATE_ADMIN_TOKEN=ADMIN) as stack,
@@ -48,7 +49,9 @@ def test_two_gateways_never_overspend_one_budget(tmp_path: Path) -> None:
         a = stack.start_gateway()
         env_b = gateway_env(url, tmp_path / "journal-b", KVGATE_ADMIN_TOKEN=ADMIN)
         assert stack.config is not None
-        b = start_gateway(tmp_path, stack.config, env_b)
+        config = stack.config
+        b = start_gateway(tmp_path, config, env_b)
+        gateways = {"a": a, "b": b}
         try:
             reply = httpx.post(
                 a.url + "/v1/admin/budgets",
@@ -59,36 +62,67 @@ def test_two_gateways_never_overspend_one_budget(tmp_path: Path) -> None:
             budget_id = reply.json()["id"]
             outcomes: Counter[str] = Counter()
             lock = threading.Lock()
+            restarted = threading.Event()
 
-            def client(number: int) -> None:
-                gateway = (a, b)[number % 2]
-                api = openai.OpenAI(base_url=gateway.url + "/v1", api_key=stack.key, max_retries=0)
-                for turn in range(EACH):
-                    messages = [{"role": "user", "content": f"client {number} turn {turn}"}]
+            def restart() -> None:
+                """Each gateway in turn: SIGTERM, then a new process on its port and journal."""
+                for name, env in (("a", stack.env), ("b", env_b)):
+                    time.sleep(1.0)
+                    old = gateways[name]
+                    old.stop()
+                    port = int(old.url.rsplit(":", 1)[1])
+                    gateways[name] = start_gateway(tmp_path, config, env, port=port)
+                restarted.set()
+
+            def ask(number: int, turn: int) -> str:
+                """One request; a gateway found down (refused before any byte) is the other's."""
+                messages = [{"role": "user", "content": f"client {number} turn {turn}"}]
+                for attempt in range(40):
+                    gateway = gateways[("a", "b")[(number + attempt) % 2]]
+                    api = openai.OpenAI(
+                        base_url=gateway.url + "/v1", api_key=stack.key, max_retries=0
+                    )
                     try:
                         if (number + turn) % 2:
                             chunks = api.chat.completions.create(
                                 model=SIM_MODEL, messages=messages, max_tokens=16, stream=True
                             )
-                            assert any(c.choices and c.choices[0].delta.content for c in chunks)
+                            # Read to the end: a client leaving early is a cancelled request.
+                            read = list(chunks)
+                            assert any(c.choices and c.choices[0].delta.content for c in read)
                         else:
                             api.chat.completions.create(
                                 model=SIM_MODEL, messages=messages, max_tokens=16
                             )
-                        outcome = "completed"
+                        return "completed"
+                    except openai.APIConnectionError:
+                        time.sleep(0.05)
                     except openai.APIStatusError as exc:
-                        outcome = str(exc.status_code)
+                        return str(exc.status_code)
+                return "unreachable"
+
+            def client(number: int) -> None:
+                turn = 0
+                deadline = time.monotonic() + 90
+                # Until both restarts are done and the budget has refused this client.
+                while time.monotonic() < deadline:
+                    outcome = ask(number, turn)
+                    turn += 1
                     with lock:
                         outcomes[outcome] += 1
+                    if restarted.is_set() and outcome == "402":
+                        return
 
+            restarter = threading.Thread(target=restart)
+            restarter.start()
             with ThreadPoolExecutor(CLIENTS) as pool:
                 list(pool.map(client, range(CLIENTS)))
+            restarter.join()
             assert set(outcomes) == {"completed", "402"}, outcomes
-            assert outcomes["completed"] + outcomes["402"] == CLIENTS * EACH
-            wait_recorded(a.url)
-            wait_recorded(b.url)
+            wait_recorded(gateways["a"].url)
+            wait_recorded(gateways["b"].url)
         finally:
-            b.stop()
+            gateways["b"].stop()
         start, end = period_bounds(Period.DAY, ZoneInfo("UTC"), datetime.now(UTC))
         # B gave its slices back as it stopped; A gives back its own once idle (1 s).
         deadline = time.monotonic() + 10
