@@ -9,4 +9,6 @@ reconcile.py per replica and window, the records against the replica's own count
 attribution.py  a tenant's spend by end user and by tag (from the requests, not rollups)
 invoices.py  per UTC day × hosted upstream, what kvgate recorded (against providers' bills)
 budgets.py   each budget's period: spend, remaining, burn rate, run-out; refusals over time
+serving_cost.py  per vLLM deployment × tenant, GPU cost to serve against charged, cache
+             saving; idle hours (from the requests and gpu_costs, not rollups)
 """
