@@ -64,12 +64,13 @@ EXPECTED = [
 IDLE_HOURS, IDLE_COST = 1, D("5.000000000")
 
 
-def serving_world(engine: Engine) -> dict[str, str]:
-    """Tenants a and b, the GPU costs and the records above; the tenants' ids by name."""
+def serving_world(engine: Engine, *, costs: bool = True) -> dict[str, str]:
+    """Tenants a and b, the GPU costs (unless not ``costs``) and the records above; the
+    tenants' ids by name."""
     made = tenants(engine, "a", "b", prices=[JAN, JUL])
     a, b = made["a"].id, made["b"].id
     with transaction(session_factory(engine)) as session:
-        for cost in (FIRST, SECOND):
+        for cost in (FIRST, SECOND) if costs else ():
             add_gpu_cost(session, cost=cost)
     insert_records(
         engine,
