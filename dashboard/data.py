@@ -6,10 +6,10 @@ The benchmark (``benchmarks/dashboard.py``) times these same functions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-from dashboard.view import View
+from dashboard.view import View, floor_hour
 from gateway import billing
 from gateway.db import adjustments, crud, lookups
 from gateway.db.figures import (
@@ -19,6 +19,7 @@ from gateway.db.figures import (
     latency,
     prices,
     replicas,
+    serving_cost,
     spend,
     tiers,
 )
@@ -26,7 +27,9 @@ from gateway.db.figures.budgets import BudgetFigures, Refusals
 from gateway.db.figures.latency import Ttft
 from gateway.db.figures.prices import PaidRate, Unpriced
 from gateway.db.figures.replicas import Replica, ReplicaFigures
+from gateway.db.figures.serving_cost import ServingCost
 from gateway.db.figures.spend import Figures
+from gateway.db.gpu_costs import gpu_costs
 from gateway.db.session import Session, SessionFactory
 from pricing.book import Price
 
@@ -140,6 +143,26 @@ def models(session: Session, view: View) -> Models:
         paid=prices.paid_rates(session, view.scope),
         unpriced=prices.unpriced(session, view.scope),
         endpoints=endpoints.by_endpoint(session, view.scope),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    names: dict[str, str]
+    costs: ServingCost
+    # Whether any GPU cost is set at all (none: say how to set one).
+    configured: bool
+
+
+def serving(session: Session, view: View, *, now: datetime | None = None) -> Serving:
+    """Cost to serve per vLLM deployment × tenant in the view's period (its hours up to the
+    end of the current one), for operators: every tenant's figures, by name."""
+    upper = min(view.upper, floor_hour(now or datetime.now(UTC)) + timedelta(hours=1))
+    lower = min(view.lower, upper)
+    return Serving(
+        names=lookups.tenant_names(session),
+        costs=serving_cost.serving_cost(session, lower, upper, tenant_ids=view.tenant_ids),
+        configured=bool(gpu_costs(session)),
     )
 
 

@@ -1,7 +1,7 @@
 """The ``kvgate`` command line: serve, demo, sim, replay, cachetest, db, tenants, keys, prices,
 billing (tenants, keys and prices: cli_directory.py; breakers and tenants set-capture:
 cli_breakers.py; reconcile: cli_reconcile.py; budgets and limits: cli_budgets.py; prices
-correct: cli_corrections.py)."""
+correct: cli_corrections.py; gpu-cost: cli_gpu_cost.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from gateway.cli_breakers import breakers
 from gateway.cli_budgets import budgets_app, limits_app
 from gateway.cli_corrections import prices_correct
 from gateway.cli_directory import keys_app, prices_app, tenants_app
+from gateway.cli_gpu_cost import gpu_cost_app
 from gateway.cli_reconcile import reconcile_app
 from gateway.cli_support import fail, sessions_for, settings
 from gateway.config import ConfigError
@@ -38,6 +39,7 @@ app.add_typer(billing_app, name="billing")
 app.add_typer(reconcile_app, name="reconcile")
 app.add_typer(budgets_app, name="budgets")
 app.add_typer(limits_app, name="limits")
+app.add_typer(gpu_cost_app, name="gpu-cost")
 app.command("breakers")(breakers)
 prices_app.command("correct")(prices_correct)
 

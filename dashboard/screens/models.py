@@ -156,3 +156,56 @@ if models.endpoints:
     )
 elif ctx.traffic is not None:
     st.caption("No attempts in this period.")
+
+if ctx.only is None:  # operators only: it shows every tenant's figures
+    st.header("Cost to serve")
+    with ctx.sessions() as session:
+        serving = data.serving(session, view)
+    if not serving.configured:
+        st.info(
+            "No GPU costs yet: `kvgate gpu-cost set --deployment D --per-replica-hour AMOUNT "
+            "--effective-from T` says what a vLLM deployment costs to run."
+        )
+    elif not serving.costs.lines and not serving.costs.idle:
+        st.info("No hours of this period are under a GPU cost.")
+    else:
+        st.caption(
+            "Each UTC hour's cost (per replica-hour × replicas) is split over the tenants by "
+            "their work on the deployment that hour: uncached prompt tokens + R × output "
+            "tokens (R: the entry's decode weight). Cache saving = hour cost × cache-read "
+            "tokens / the hour's work: what prefilling the cached tokens would have cost. "
+            "Margin = charged (the price book) - cost to serve. Hours without work are idle. "
+            "USD."
+        )
+        rows = [
+            {
+                "deployment": line.deployment,
+                "tenant": serving.names.get(line.tenant_id, line.tenant_id),
+                "hours": line.hours,
+                "cost to serve": formatting.money(line.cost_to_serve, "USD"),
+                "charged": formatting.money(line.charged, "USD"),
+                "margin": formatting.money(line.margin, "USD"),
+                "cache saving": formatting.money(line.cache_saving, "USD"),
+            }
+            for line in sorted(
+                serving.costs.lines,
+                key=lambda line: (
+                    line.deployment,
+                    serving.names.get(line.tenant_id, line.tenant_id),
+                ),
+            )
+        ]
+        rows += [
+            {
+                "deployment": idle.deployment,
+                "tenant": "(idle)",
+                "hours": idle.hours,
+                "cost to serve": formatting.money(idle.cost, "USD"),
+                "charged": None,
+                "margin": formatting.money(-idle.cost, "USD"),
+                "cache saving": None,
+            }
+            for idle in serving.costs.idle
+        ]
+        rows.sort(key=lambda row: (str(row["deployment"]), row["tenant"] == "(idle)"))
+        st.dataframe(rows, hide_index=True, key="serving_cost")

@@ -510,3 +510,26 @@ class PriceAdjustmentRow(Base):
     reason: Mapped[str] = mapped_column(Text)
     created_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+# -- the cost to serve a self-hosted model (added by 0015) ---------------------------------
+
+
+class GpuCostRow(Base):
+    """What running one vLLM deployment costs per UTC hour, from ``effective_from`` (a whole
+    hour) until the deployment's next entry: ``per_replica_hour`` × ``replicas``.
+
+    ``prefill_decode_ratio`` is the weight of one output token in GPU time, counted in
+    uncached prompt tokens prefilled (gateway/db/figures/serving_cost.py). Entries are never
+    edited: a cost that changes gets a new ``effective_from``.
+    """
+
+    __tablename__ = "gpu_costs"
+
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)
+    effective_from: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    per_replica_hour: Mapped[Decimal] = mapped_column(Money())
+    replicas: Mapped[int] = mapped_column(Integer)
+    # Exact to 9 places like money (SQLite keeps NUMERIC as binary floats).
+    prefill_decode_ratio: Mapped[Decimal] = mapped_column(Money())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())

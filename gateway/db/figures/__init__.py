@@ -10,4 +10,6 @@ attribution.py  a tenant's spend by end user and by tag (from the requests, not 
 endpoints.py the scope's attempts, tokens and cost per inference endpoint (from the requests)
 invoices.py  per UTC day × hosted upstream, what kvgate recorded (against providers' bills)
 budgets.py   each budget's period: spend, remaining, burn rate, run-out; refusals over time
+serving_cost.py  per vLLM deployment × tenant, GPU cost to serve against charged, cache
+             saving; idle hours (from the requests and gpu_costs, not rollups)
 """

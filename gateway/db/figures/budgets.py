@@ -188,7 +188,7 @@ class Refusals:
         return self.budget + self.rate_limit
 
 
-def _hour(session: Session) -> ColumnElement[str]:
+def started_hour(session: Session) -> ColumnElement[str]:
     """The UTC hour a request started, as 'YYYY-MM-DD HH:00:00' on both databases."""
     if session.get_bind().dialect.name == "sqlite":
         return func.strftime("%Y-%m-%d %H:00:00", RequestRow.started_at)
@@ -200,7 +200,7 @@ def refusals(
 ) -> list[tuple[datetime, Refusals]]:
     """Refused requests per time bucket in the scope (``edges``: ascending whole UTC hours,
     n + 1 for n buckets), split budget vs rate limit; empty buckets are present."""
-    hour = _hour(session)
+    hour = started_hour(session)
     reason = case((RequestRow.error.like(f"{RATE_LIMIT} %"), RATE_LIMIT), else_=BUDGET)
     conditions = [
         RequestRow.status == REFUSED,
