@@ -102,7 +102,7 @@ else:
     with ctx.sessions() as session:
         mine = data.overview(session, view.for_tenant(tenant_id))
     if mine.totals.sums.requests:
-        panels.metrics(mine)
+        panels.metrics(mine, view.for_tenant(tenant_id))
         panels.trends(mine, view.for_tenant(tenant_id))
         if note := panels.adjusted_note(mine):
             st.caption(f":material/edit_note: {note}")

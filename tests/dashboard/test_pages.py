@@ -35,8 +35,17 @@ def metrics(app: AppTest) -> dict[str, str]:
 
 
 def deltas(app: AppTest) -> dict[str, str]:
-    """The note under each metric that has one."""
+    """The change since the previous period on each tile that shows one."""
     return {m.label: m.proto.delta for m in app.metric if m.proto.delta}
+
+
+def notes(app: AppTest) -> dict[str, str]:
+    """The note under each tile that has one: a caption in the tile's column."""
+    found = {}
+    for column in app.columns:
+        if len(column.metric) == 1 and column.caption:
+            found[column.metric[0].label] = str(column.caption[0].value)
+    return found
 
 
 def nodes(node: Any) -> Iterator[Any]:
@@ -119,12 +128,12 @@ def test_overview_figures_equal_those_computed_from_the_records(
     assert shown["Spend"] == "USD 0.150974155"  # 0.000974155 (acme) + 0.15 (bravo)
     assert shown["Completed interactions"] == "5"
     # Cold: 400, 800, 2000 ms; warm: 90, 100, 120 ms (nearest rank, bucket upper edges).
-    notes = deltas(app)
-    assert [shown["TTFT cold p50"], notes["TTFT cold p50"]] == [
+    under = notes(app)
+    assert [shown["TTFT cold p50"], under["TTFT cold p50"]] == [
         ttft_edge(800),
         f"p90 {ttft_edge(2000)}",
     ]
-    assert [shown["TTFT warm p50"], notes["TTFT warm p50"]] == [
+    assert [shown["TTFT warm p50"], under["TTFT warm p50"]] == [
         ttft_edge(100),
         f"p90 {ttft_edge(120)}",
     ]
@@ -149,7 +158,7 @@ def test_unpriced_attempts_are_left_out_of_cost_per_interaction_and_said_beside_
     assert metrics(app)["Cost per completed interaction"] == formatting.money(
         (priced_cost / 4).quantize(NANO), "USD"
     )
-    assert deltas(app) == {
+    assert notes(app) == {
         "Spend": "+ 1 unpriced attempt, cost unknown",
         "Cost per completed interaction": "20.0 % of interactions unpriced",
         # The world's ceilings carry no kind (as rows recorded before kvgate kept one).
@@ -172,7 +181,7 @@ def test_only_unpriced_traffic_shows_no_spend_and_no_currency(
     app.multiselect(key="models").set_value(["unpriced"]).run()
     shown = metrics(app)
     assert shown["Spend"] == shown["Cost per completed interaction"] == formatting.MISSING
-    assert deltas(app)["Cost per completed interaction"] == "100.0 % of interactions unpriced"
+    assert notes(app)["Cost per completed interaction"] == "100.0 % of interactions unpriced"
     assert not [value for value in shown.values() if "USD" in value]
     titles = [json.loads(chart.proto.spec).get("title") for chart in charts(app)]
     assert "Cost per completed interaction" in titles
@@ -279,7 +288,7 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
     )
     # The unpriced share beside it is the statement's: i5 of acme's 4 interactions.
     assert statement.totals.unpriced_interaction_share == D("0.25")
-    assert deltas(app)["Cost per completed interaction"] == "25.0 % of interactions unpriced"
+    assert notes(app)["Cost per completed interaction"] == "25.0 % of interactions unpriced"
 
 
 def test_a_tenant_shows_its_top_end_users_and_tags_by_spend(
