@@ -44,12 +44,17 @@ def _points(
     view: View,
     trend: list[tuple[datetime, Figures]],
     series: dict[str, Callable[[Figures], Decimal | int | None]],
+    currency: str | None = None,
+    *,
+    money: bool = False,
 ) -> list[Point]:
+    """Chart points of each series; money ones carry their exact text for the hover."""
     return [
         Point(
             formatting.wall_clock(start, view.zone),
             name,
             None if (v := value(figures)) is None else float(v),
+            formatting.money(Decimal(v), currency) if money and v is not None else None,
         )
         for name, value in series.items()
         for start, figures in trend
@@ -346,6 +351,8 @@ def trends(data: Overview, view: View) -> None:
                 "saved by cache": lambda f: f.saved,
                 "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
             },
+            cur,
+            money=True,
         ),
         title=f"Spend and cache value per {view.bucket}{_in(cur)}",
         y_title=cur or "",
@@ -362,6 +369,8 @@ def trends(data: Overview, view: View) -> None:
             view,
             trend,
             {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
+            cur,
+            money=True,
         ),
         title=f"Cost per completed interaction{_in(cur)}",
         y_title=cur or "",
