@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import streamlit as st
 
-from dashboard import charts, formatting
+from dashboard import charts, formatting, tables
 from dashboard.charts import Point
 from dashboard.data import Budgets
 from dashboard.view import View
@@ -25,6 +25,9 @@ CAPTION = (
     "period resets. An interaction budget caps each interaction on its own: it shows the "
     "largest interaction's spend and how many interactions it counted."
 )
+# What the budgets table shows; reserved, burn rate and the period's bounds are under
+# "All columns".
+COLUMNS = ("tenant", "scope", "period", "limit", "spent", "remaining", "runs out")
 SERIES = {"budget": "budget (402)", "rate_limit": "rate limit (429)"}
 
 
@@ -82,7 +85,7 @@ def table(found: Budgets, names: dict[str, str], zone: ZoneInfo) -> None:
     if not found.budgets:
         st.info(NO_BUDGETS, icon=":material/info:")
         return
-    st.dataframe(rows(found, names, zone), hide_index=True, key="budget_table")
+    tables.wide(rows(found, names, zone), COLUMNS, key="budget_table")
     st.caption(CAPTION.format(now=formatting.minute(found.at, zone), zone=zone.key))
 
 

@@ -33,15 +33,29 @@ FORMATS = {"hour": "%b %d %H:%M", "day": "%b %d", "week": "%b %d"}
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One value of one series at one time (or category)."""
+    """One value of one series at one time (or category); ``text``: the value exactly as
+    the hover shows it (money: ``formatting.money``), else the axis format rounds it."""
 
     at: str
     series: str
     value: float | None
+    text: str | None = None
 
 
 def _data(points: Sequence[Point]) -> dict[str, Any]:
-    return {"values": [{"at": p.at, "series": p.series, "value": p.value} for p in points]}
+    return {
+        "values": [
+            {"at": p.at, "series": p.series, "value": p.value, "text": p.text} for p in points
+        ]
+    }
+
+
+def value_tooltip(points: Sequence[Point], y_format: str) -> alt.Tooltip:
+    """The hover's value: the exact text where the points carry one (a float drawn at six
+    places would show a small amount as 0), else the value in the axis format."""
+    if any(p.text is not None for p in points):
+        return alt.Tooltip("text:N", title="value")
+    return alt.Tooltip("value:Q", format=y_format)
 
 
 MAX_TICKS = 12
@@ -109,7 +123,7 @@ def trend(
                     timeUnit="utcyearmonthdatehoursminutes",
                 ),
                 alt.Tooltip("series:N"),
-                alt.Tooltip("value:Q", format=y_format),
+                value_tooltip(points, y_format),
             ],
         )
     )
@@ -126,7 +140,7 @@ def bars(points: Sequence[Point], *, title: str, y_title: str, y_format: str = "
             xOffset="series:N",
             y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=y_format)),
             color=alt.Color("series:N", legend=LEGEND),
-            tooltip=["at:N", "series:N", alt.Tooltip("value:Q", format=y_format)],
+            tooltip=["at:N", "series:N", value_tooltip(points, y_format)],
         )
     )
     return chart
@@ -151,7 +165,7 @@ def rate_steps(points: Sequence[Point], *, title: str) -> alt.Chart:
                     "at:T", format="%Y-%m-%d %H:%M", timeUnit="utcyearmonthdatehoursminutes"
                 ),
                 "series:N",
-                alt.Tooltip("value:Q", format=",.6f"),
+                value_tooltip(points, ",.6f"),
             ],
         )
     )

@@ -42,12 +42,15 @@ class Overview:
     ttft_trend: list[tuple[datetime, Ttft]]
     # UTC days of the period that price corrections adjusted, with the adjustments' sum.
     adjusted: list[tuple[date, Decimal]] = field(default_factory=list)
+    # The same figures over the period of as many days just before (``View.previous``).
+    previous: Figures = field(default_factory=Figures)
+    previous_ttft: Ttft = field(default_factory=Ttft)
 
 
 def overview(session: Session, view: View) -> Overview:
     """The overview's totals, spend trend, time-to-first-token and price-corrected days for
-    the view's scope."""
-    scope, edges = view.scope, view.edges()
+    the view's scope, and the totals of the period before it."""
+    scope, edges, before = view.scope, view.edges(), view.previous().scope
     ttft, ttft_trend = latency.ttft_trend(session, scope, edges)
     return Overview(
         totals=spend.totals(session, scope),
@@ -61,6 +64,8 @@ def overview(session: Session, view: View) -> Overview:
             tenant_ids=scope.tenant_ids,
             models=scope.models,
         ),
+        previous=spend.totals(session, before),
+        previous_ttft=latency.ttft(session, before),
     )
 
 

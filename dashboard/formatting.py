@@ -24,6 +24,37 @@ def money(amount: Decimal | None, currency: str | None) -> str:
     return number if currency is None else f"{currency} {number}"
 
 
+def money_change(change: Decimal, currency: str | None) -> str:
+    """A change of money, signed first so the tile reads its direction: '+USD 0.0012'."""
+    sign = "-" if change < 0 else "+" if change > 0 else ""
+    return f"{sign}{money(abs(change), currency)}"
+
+
+def points(change: Decimal) -> str:
+    """A change of a share in percentage points: '+1.2 pp', '-0.04 pp', '0.0 pp'.
+
+    Tenths of a point, or as many more places as it takes for a change not to read as none.
+    """
+    places = Decimal("0.1")
+    shown = (change * 100).quantize(places, ROUND_HALF_EVEN)
+    while change and not shown and places > NANO:
+        places /= 10
+        shown = (change * 100).quantize(places, ROUND_HALF_EVEN)
+    return f"{shown:+f} pp" if shown else f"{abs(shown)} pp"
+
+
+def count_change(change: int) -> str:
+    """A change of a count: '+3', '-1,204', '0'."""
+    return f"{change:+,}" if change else "0"
+
+
+def millis_change(change: float) -> str:
+    """A change of a TTFT in milliseconds: '+12 ms', '-3.5 ms', '0 ms'."""
+    if not change:
+        return "0 ms"
+    return f"{change:+,.0f} ms" if abs(change) >= 10 else f"{change:+.1f} ms"
+
+
 def rate(per_million: Decimal | None, currency: str | None) -> str:
     """A rate per million tokens."""
     return MISSING if per_million is None else f"{money(per_million, currency)} / 1M tokens"

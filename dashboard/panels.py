@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Literal
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import charts, formatting
+from dashboard.changes import Before, Change
 from dashboard.charts import Point
 from dashboard.data import Attribution, Overview
 from dashboard.view import View
@@ -42,12 +44,17 @@ def _points(
     view: View,
     trend: list[tuple[datetime, Figures]],
     series: dict[str, Callable[[Figures], Decimal | int | None]],
+    currency: str | None = None,
+    *,
+    money: bool = False,
 ) -> list[Point]:
+    """Chart points of each series; money ones carry their exact text for the hover."""
     return [
         Point(
             formatting.wall_clock(start, view.zone),
             name,
             None if (v := value(figures)) is None else float(v),
+            formatting.money(Decimal(v), currency) if money and v is not None else None,
         )
         for name, value in series.items()
         for start, figures in trend
@@ -84,63 +91,111 @@ def unpriced_share_note(totals: Figures) -> str | None:
     return f"{formatting.percent(totals.unpriced_interaction_share)} of interactions unpriced"
 
 
-def metrics(data: Overview) -> None:
-    """The headline figures, each with a sparkline of its trend."""
+def _tile(
+    column: DeltaGenerator,
+    label: str,
+    value: str,
+    change: Change,
+    before: Before,
+    *,
+    help: str,
+    note: str | None = None,
+    chart: list[float] | None = None,
+    chart_type: Literal["line", "bar"] = "line",
+) -> None:
+    """One tile: its value, the change since the previous period, and a note under it."""
+    column.metric(
+        label,
+        value,
+        change.delta,
+        delta_color=change.color,
+        delta_arrow=change.arrow,
+        delta_description=before.description if change.delta is not None else None,
+        chart_data=chart,
+        chart_type=chart_type,
+        border=True,
+        help=f"{help}\n\n{change.previous}",
+    )
+    if note:
+        column.caption(note)
+
+
+def ceiling_note(totals: Figures) -> str | None:
+    """Under the ceiling and efficiency tiles: that the ceiling is approximate, if it is."""
+    routed = totals.ceiling_requests > 0
+    return f"{totals.ceiling_kind} ceiling" if routed and totals.ceiling_kind != EXACT else None
+
+
+def metrics(data: Overview, view: View) -> None:
+    """The headline figures, each with a sparkline of its trend and its change since the
+    previous period (``View.previous``) of as many days."""
     totals, trend, cur = data.totals, data.trend, data.totals.currency
+    prev, prev_cur = data.previous, data.previous.currency
+    before = Before(view.previous(), prev.sums.requests > 0)
     row = st.columns(4)
-    row[0].metric(
+    _tile(
+        row[0],
         "Spend",
         # Nothing priced: the spend is unknown, not 0 in an assumed currency.
         formatting.MISSING if cur is None else formatting.money(totals.sums.cost_total, cur),
-        unpriced_note(totals),
-        delta_color="off",
-        delta_arrow="off",
-        chart_data=_series(trend, lambda f: f.sums.cost_total),
-        border=True,
+        before.money(totals.sums.cost_total, prev.sums.cost_total, cur, prev_cur, better="neither"),
+        before,
+        note=unpriced_note(totals),
+        chart=_series(trend, lambda f: f.sums.cost_total),
         help="Cost of the priced attempts in the period, failed and retried ones included; "
         "attempts no price entry covered have no cost to add.",
     )
-    row[1].metric(
+    _tile(
+        row[1],
         "Completed interactions",
         formatting.count(totals.completed_interactions),
-        chart_data=_series(trend, lambda f: f.completed_interactions),
-        border=True,
+        before.count(totals.completed_interactions, prev.completed_interactions, better="higher"),
+        before,
+        chart=_series(trend, lambda f: f.completed_interactions),
         chart_type="bar",
         help="Interactions (requests sharing an interaction id) with a completed "
         "attempt in the period.",
     )
-    row[2].metric(
+    _tile(
+        row[2],
         "Cost per completed interaction",
         formatting.money(totals.cost_per_completed_interaction, cur),
-        unpriced_share_note(totals),
-        delta_color="off",
-        delta_arrow="off",
-        chart_data=_series(trend, lambda f: f.cost_per_completed_interaction),
-        border=True,
+        before.money(
+            totals.cost_per_completed_interaction,
+            prev.cost_per_completed_interaction,
+            cur,
+            prev_cur,
+            better="lower",
+        ),
+        before,
+        note=unpriced_share_note(totals),
+        chart=_series(trend, lambda f: f.cost_per_completed_interaction),
         help="Cost of priced attempts (failed and retried ones included) / completed "
         "interactions a priced attempt completed: "
         f"{formatting.count(totals.priced_completed_interactions)} of "
         f"{formatting.count(totals.completed_interactions)}. Interactions no price entry "
         "covered are left out, not counted at 0.",
     )
-    row[3].metric(
+    _tile(
+        row[3],
         "Token hit rate",
         formatting.percent(totals.hit_rate),
-        chart_data=_series(trend, lambda f: f.hit_rate),
-        border=True,
+        before.share(totals.hit_rate, prev.hit_rate, better="higher"),
+        before,
+        chart=_series(trend, lambda f: f.hit_rate),
         help="Cached prompt tokens / prompt tokens.",
     )
     routed = totals.ceiling_requests > 0
     approximate = routed and totals.ceiling_kind != EXACT
     row = st.columns(4)
-    row[0].metric(
+    _tile(
+        row[0],
         "Hit-rate ceiling",
         formatting.percent(totals.ceiling_rate) if routed else NO_ROUTING,
-        delta=f"{totals.ceiling_kind} ceiling" if approximate else None,
-        delta_color="off",
-        delta_arrow="off",
-        chart_data=_series(trend, lambda f: f.ceiling_rate) if routed else None,
-        border=True,
+        before.share(totals.ceiling_rate, prev.ceiling_rate, better="neither"),
+        before,
+        note=ceiling_note(totals),
+        chart=_series(trend, lambda f: f.ceiling_rate) if routed else None,
         help=(
             "The token hit rate an infinite, perfectly routed cache would have reached on "
             f"the {formatting.count(totals.ceiling_requests)} requests that carry a ceiling: "
@@ -150,14 +205,14 @@ def metrics(data: Overview) -> None:
         if routed
         else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
     )
-    row[1].metric(
+    _tile(
+        row[1],
         "Routing efficiency",
         formatting.percent(totals.routing_efficiency) if routed else NO_ROUTING,
-        delta=f"{totals.ceiling_kind} ceiling" if approximate else None,
-        delta_color="off",
-        delta_arrow="off",
-        chart_data=_series(trend, lambda f: f.routing_efficiency) if routed else None,
-        border=True,
+        before.share(totals.routing_efficiency, prev.routing_efficiency, better="higher"),
+        before,
+        note=ceiling_note(totals),
+        chart=_series(trend, lambda f: f.routing_efficiency) if routed else None,
         help=(
             "Achieved / ceiling cached tokens; ceiling hit rate "
             f"{formatting.percent(totals.ceiling_rate)}."
@@ -166,57 +221,87 @@ def metrics(data: Overview) -> None:
         if routed
         else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
     )
-    row[2].metric(
+    _tile(
+        row[2],
         "Saved by the cache",
         formatting.money(totals.saved, cur),
-        chart_data=_series(trend, lambda f: f.saved),
-        border=True,
+        before.money(totals.saved, prev.saved, cur, prev_cur, better="higher"),
+        before,
+        chart=_series(trend, lambda f: f.saved),
         help="What the same tokens would have cost uncached, minus what they cost.",
     )
-    row[3].metric(
+    _tile(
+        row[3],
         "Lost to avoidable misses",
         formatting.money(totals.avoidable_miss_cost, cur) if routed else NO_ROUTING,
-        chart_data=_series(trend, lambda f: f.avoidable_miss_cost) if routed else None,
-        border=True,
+        before.money(
+            totals.avoidable_miss_cost if routed else None,
+            prev.avoidable_miss_cost if prev.ceiling_requests else None,
+            cur,
+            prev_cur,
+            better="lower",
+        ),
+        before,
+        chart=_series(trend, lambda f: f.avoidable_miss_cost) if routed else None,
         help="Misses the ceiling says perfect routing would have hit, priced at "
         "input minus cache-read rate.",
     )
-    ttft = data.ttft
+    ttft, prev_ttft = data.ttft, data.previous_ttft
     last = st.columns(4)
-    last[0].metric(
+    _tile(
+        last[0],
         "Failure rate",
         formatting.percent(totals.failure_rate),
-        chart_data=_series(trend, lambda f: f.failure_rate),
-        border=True,
+        before.share(totals.failure_rate, prev.failure_rate, better="lower"),
+        before,
+        chart=_series(trend, lambda f: f.failure_rate),
         help="Attempts that did not complete (failed, or cancelled by the client) / "
         f"attempts: {formatting.count(totals.failed.requests)} of "
-        f"{formatting.count(totals.sums.requests)}.",
+        f"{formatting.count(totals.admitted)}. Requests refused at admission by a budget "
+        "or a rate limit are the client's own limits, not failures: they count on neither "
+        f"side ({formatting.count(totals.refused.requests)} in the period).",
     )
-    last[1].metric(
+    _tile(
+        last[1],
         "Spend on failed or retried attempts",
         formatting.money(totals.failed.cost_total, cur) if cur is not None else formatting.MISSING,
-        delta=(
+        before.money(
+            totals.failed.cost_total, prev.failed.cost_total, cur, prev_cur, better="lower"
+        ),
+        before,
+        note=(
             f"{formatting.percent(totals.failed_cost_share)} of spend"
             if totals.failed_cost_share is not None
             else None
         ),
-        delta_color="off",
-        delta_arrow="off",
-        chart_data=_series(trend, lambda f: f.failed.cost_total),
-        border=True,
+        chart=_series(trend, lambda f: f.failed.cost_total),
         help="What the attempts that did not complete cost (their tokens were paid for).",
     )
-    for column, kind, p50, p90, count in (
-        (last[2], "cold", ttft.cold_p50_ms, ttft.cold_p90_ms, ttft.cold_requests),
-        (last[3], "warm", ttft.warm_p50_ms, ttft.warm_p90_ms, ttft.warm_requests),
+    for column, kind, p50, p90, count, was in (
+        (
+            last[2],
+            "cold",
+            ttft.cold_p50_ms,
+            ttft.cold_p90_ms,
+            ttft.cold_requests,
+            prev_ttft.cold_p50_ms,
+        ),
+        (
+            last[3],
+            "warm",
+            ttft.warm_p50_ms,
+            ttft.warm_p90_ms,
+            ttft.warm_requests,
+            prev_ttft.warm_p50_ms,
+        ),
     ):
-        column.metric(
+        _tile(
+            column,
             f"TTFT {kind} p50",
             formatting.millis(p50),
-            delta=f"p90 {formatting.millis(p90)}",
-            delta_color="off",
-            delta_arrow="off",
-            border=True,
+            before.millis(p50, was),
+            before,
+            note=f"p90 {formatting.millis(p90)}",
             help=f"Time to first token of requests with {'no' if kind == 'cold' else 'some'} "
             f"cached tokens: {formatting.count(count)} of them. Percentiles are the upper "
             "edges of histogram buckets (at most about 9 % high).",
@@ -266,6 +351,8 @@ def trends(data: Overview, view: View) -> None:
                 "saved by cache": lambda f: f.saved,
                 "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
             },
+            cur,
+            money=True,
         ),
         title=f"Spend and cache value per {view.bucket}{_in(cur)}",
         y_title=cur or "",
@@ -282,6 +369,8 @@ def trends(data: Overview, view: View) -> None:
             view,
             trend,
             {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
+            cur,
+            money=True,
         ),
         title=f"Cost per completed interaction{_in(cur)}",
         y_title=cur or "",

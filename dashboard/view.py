@@ -89,6 +89,19 @@ class View:
         """The period and the filters, as the scope the figures are summed over."""
         return Scope(self.lower, self.upper, self.tenant_ids, self.models)
 
+    @property
+    def days(self) -> int:
+        """How many local days the period holds, start and end included."""
+        return (self.end - self.start).days + 1
+
+    def previous(self) -> View:
+        """The period of as many days just before this one, with the same filters."""
+        return replace(
+            self,
+            start=self.start - timedelta(days=self.days),
+            end=self.start - timedelta(days=1),
+        )
+
     def for_tenant(self, tenant_id: str) -> View:
         """This view, narrowed to one tenant."""
         return replace(self, tenant_ids=(tenant_id,))
@@ -123,7 +136,7 @@ class View:
         return [*edges, upper]
 
     def _days(self) -> list[date]:
-        return [self.start + timedelta(days=n) for n in range((self.end - self.start).days + 1)]
+        return [self.start + timedelta(days=n) for n in range(self.days)]
 
     def local(self, moment: datetime) -> datetime:
         """A stored UTC moment in the viewer's zone."""

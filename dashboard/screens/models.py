@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, context, data, formatting
 from dashboard.charts import Point
+from pricing.book import Price
 
 ctx = context.current()
 view = ctx.view
@@ -27,10 +28,10 @@ else:
             {
                 "model": p.model,
                 f"effective from ({view.zone.key})": formatting.moment(p.effective_from, view.zone),
-                "input / 1M": p.input,
-                "cache read / 1M": p.cache_read,
-                "cache write / 1M": p.cache_write,
-                "output / 1M": p.output,
+                "input / 1M": formatting.money(p.input, p.currency),
+                "cache read / 1M": formatting.money(p.cache_read, p.currency),
+                "cache write / 1M": formatting.money(p.cache_write, p.currency),
+                "output / 1M": formatting.money(p.output, p.currency),
                 "currency": p.currency,
                 "source": p.source,
             }
@@ -46,13 +47,16 @@ else:
         entries = [p for p in models.prices if p.model == model]
         for kind in ("input", "cache_read", "output"):
             series = f"{model} {kind.replace('_', ' ')}"
-            stops: list[tuple[datetime, object]] = [
-                (p.effective_from, getattr(p, kind)) for p in entries
-            ]
-            stops.append((until, getattr(entries[-1], kind)))
+            stops: list[tuple[datetime, Price]] = [(p.effective_from, p) for p in entries]
+            stops.append((until, entries[-1]))
             points += [
-                Point(formatting.wall_clock(at, view.zone), series, float(rate))  # type: ignore[arg-type]
-                for at, rate in stops
+                Point(
+                    formatting.wall_clock(at, view.zone),
+                    series,
+                    float(getattr(p, kind)),
+                    formatting.money(getattr(p, kind), p.currency),
+                )
+                for at, p in stops
             ]
     st.altair_chart(
         charts.rate_steps(points, title="Rates over time (per 1M tokens)"), width="stretch"
@@ -74,8 +78,8 @@ else:
                     r.effective_from, view.zone
                 ),
                 "currency": r.currency,
-                "list input / 1M": r.list_input_rate,
-                "paid input / 1M": r.paid_input_rate,
+                "list input / 1M": formatting.money(r.list_input_rate, r.currency),
+                "paid input / 1M": formatting.money(r.paid_input_rate, r.currency),
                 "attempts": r.sums.requests,
                 "prompt tokens": r.sums.prompt_tokens,
                 "token hit rate": None
@@ -93,9 +97,23 @@ else:
     bars = []
     for r in models.paid:
         label = f"{r.model} from {formatting.moment(r.effective_from, view.zone)[:10]}"
-        bars.append(Point(label, "list input rate", float(r.list_input_rate)))
+        bars.append(
+            Point(
+                label,
+                "list input rate",
+                float(r.list_input_rate),
+                formatting.money(r.list_input_rate, r.currency),
+            )
+        )
         if r.paid_input_rate is not None:
-            bars.append(Point(label, "blended input rate paid", float(r.paid_input_rate)))
+            bars.append(
+                Point(
+                    label,
+                    "blended input rate paid",
+                    float(r.paid_input_rate),
+                    formatting.money(r.paid_input_rate, r.currency),
+                )
+            )
     st.altair_chart(
         charts.bars(
             bars,

@@ -16,7 +16,7 @@ if context.has_traffic(ctx, in_view=overview.totals.sums.requests > 0):
         f"{view.start} to {view.end} ({view.zone.key}), per {view.bucket}; "
         f"{overview.totals.sums.requests:,} attempts."
     )
-    panels.metrics(overview)
+    panels.metrics(overview, view)
     panels.trends(overview, view)
     if note := panels.adjusted_note(overview):
         st.caption(f":material/edit_note: {note}")

@@ -6,7 +6,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import context, data, formatting
+from dashboard import context, data, formatting, tables
 from gateway.db import lookups
 from gateway.db.lookups import RequestLine
 from pricing.cost import ZERO
@@ -20,18 +20,31 @@ COSTS = (
     ("cost total", "cost_total"),
 )
 LIMIT = 100
+# What the tables show after the start; the rest is under "All columns".
+KEY_COLUMNS = (
+    "request id",
+    "interaction id",
+    "attempt",
+    "tenant",
+    "model",
+    "status",
+    "ttft ms",
+    "cost total",
+)
 
 ctx = context.current()
 view = ctx.view
 
 
 def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
-    """Attempts as rows, times in the viewer's zone, each cost class exact."""
+    """Attempts as rows, times in the viewer's zone, each cost class exact; the key
+    columns shown, every one under "All columns"."""
     zone = view.zone
-    return st.dataframe(
+    started = f"started ({zone.key})"
+    return tables.wide(
         [
             {
-                f"started ({zone.key})": formatting.moment(line.started_at, zone),
+                started: formatting.moment(line.started_at, zone),
                 "request id": line.request_id,
                 "interaction id": line.interaction_id,
                 "attempt": line.attempt,
@@ -50,7 +63,9 @@ def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
                 "currency": line.currency or "",
                 # An unpriced attempt's cost is unknown: empty cells, not 0.
                 **{
-                    label: getattr(line.sums, name) if line.priced else None
+                    label: formatting.money(getattr(line.sums, name), line.currency)
+                    if line.priced
+                    else None
                     for label, name in COSTS
                 },
                 "price": line.price_id or "unpriced",
@@ -58,7 +73,7 @@ def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
             }
             for line in lines
         ],
-        hide_index=True,
+        (started, *KEY_COLUMNS),
         key=key,
         on_select="rerun",
         selection_mode="single-row",

@@ -7,9 +7,21 @@ from functools import partial
 
 import streamlit as st
 
-from dashboard import budgets, context, data, panels
+from dashboard import budgets, context, data, formatting, panels, tables
 from gateway import billing
 from gateway.errors import InvalidRequest
+
+# What the tenants table shows; the rest is under "All columns".
+TENANT_COLUMNS = (
+    "tenant",
+    "spend",
+    "completed interactions",
+    "cost per completed interaction",
+    "token hit rate",
+    "routing efficiency",
+    "saved by cache",
+    "failed or retried share",
+)
 
 ctx = context.current()
 view = ctx.view
@@ -22,13 +34,18 @@ if context.has_traffic(ctx, in_view=bool(everyone.figures)):
     for tenant_id, f in sorted(
         everyone.figures.items(), key=lambda item: (-item[1].sums.cost_total, item[0])
     ):
+        cur = f.currency
         rows.append(
             {
                 "tenant": everyone.names.get(tenant_id, tenant_id),
-                "currency": f.currency,
-                "spend": f.sums.cost_total,
+                # Nothing priced: the spend is unknown, not 0.
+                "spend": formatting.MISSING
+                if cur is None
+                else formatting.money(f.sums.cost_total, cur),
                 "completed interactions": f.completed_interactions,
-                "cost per completed interaction": f.cost_per_completed_interaction,
+                "cost per completed interaction": formatting.money(
+                    f.cost_per_completed_interaction, cur
+                ),
                 "unpriced interactions": f.unpriced_interaction_share,
                 "attempts": f.sums.requests,
                 "unpriced attempts": f.unpriced.requests,
@@ -36,13 +53,15 @@ if context.has_traffic(ctx, in_view=bool(everyone.figures)):
                 "token hit rate": f.hit_rate,
                 "routing efficiency": f.routing_efficiency,
                 "ceiling": f.ceiling_kind,
-                "saved by cache": f.saved,
-                "lost to avoidable misses": f.avoidable_miss_cost if f.ceiling_requests else None,
+                "saved by cache": formatting.money(f.saved, cur),
+                "lost to avoidable misses": formatting.money(
+                    f.avoidable_miss_cost if f.ceiling_requests else None, cur
+                ),
             }
         )
-    st.dataframe(
+    tables.wide(
         rows,
-        hide_index=True,
+        TENANT_COLUMNS,
         key="tenant_table",
         column_config={
             "unpriced interactions": st.column_config.NumberColumn(format="percent"),
@@ -102,7 +121,7 @@ else:
     with ctx.sessions() as session:
         mine = data.overview(session, view.for_tenant(tenant_id))
     if mine.totals.sums.requests:
-        panels.metrics(mine)
+        panels.metrics(mine, view.for_tenant(tenant_id))
         panels.trends(mine, view.for_tenant(tenant_id))
         if note := panels.adjusted_note(mine):
             st.caption(f":material/edit_note: {note}")

@@ -21,7 +21,7 @@ from gateway.db import spend
 from gateway.db.session import make_engine, transaction
 from gateway.usage import Usage
 from tests.dashboard.conftest import APP, FIRST_DAY, LAST_DAY, World, at, open_app
-from tests.dashboard.test_pages import chart_values, charts, texts
+from tests.dashboard.test_pages import all_columns, chart_values, charts, shown_table, texts
 from tests.factories import record
 
 D = Decimal
@@ -85,8 +85,10 @@ def budgeted(world: World) -> World:
 
 
 def table(app: AppTest) -> dict[str, dict[str, str]]:
-    [found] = [d for d in app.dataframe if "runs out" in d.value.columns]
-    rows = found.value.to_dict("records")
+    """The budgets table's rows, every column (the page shows the key ones, the rest
+    under "All columns")."""
+    assert list(shown_table(app, "runs out").columns) == list(budgets.COLUMNS)
+    rows = all_columns(app, "runs out").to_dict("records")
     return {f"{r['tenant']} {r['scope']}": r for r in rows}
 
 

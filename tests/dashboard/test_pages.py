@@ -38,8 +38,17 @@ def metrics(app: AppTest) -> dict[str, str]:
 
 
 def deltas(app: AppTest) -> dict[str, str]:
-    """The note under each metric that has one."""
+    """The change since the previous period on each tile that shows one."""
     return {m.label: m.proto.delta for m in app.metric if m.proto.delta}
+
+
+def notes(app: AppTest) -> dict[str, str]:
+    """The note under each tile that has one: a caption in the tile's column."""
+    found = {}
+    for column in app.columns:
+        if len(column.metric) == 1 and column.caption:
+            found[column.metric[0].label] = str(column.caption[0].value)
+    return found
 
 
 def nodes(node: Any) -> Iterator[Any]:
@@ -61,6 +70,25 @@ def chart_values(chart: Any) -> list[dict[str, Any]]:
     return [
         row for table in tables for row in pyarrow.ipc.open_stream(table).read_all().to_pylist()
     ]
+
+
+def shown_table(app: AppTest, column: str) -> Any:
+    """The page's table (its key columns) that has ``column``, as a DataFrame."""
+    hidden = {id(d.proto) for e in app.expander for d in e.dataframe}
+    return next(
+        d.value for d in app.dataframe if id(d.proto) not in hidden and column in d.value.columns
+    )
+
+
+def all_columns(app: AppTest, column: str) -> Any:
+    """The whole table under "All columns" that has ``column``, as a DataFrame."""
+    return next(
+        d.value
+        for e in app.expander
+        if e.label == "All columns"
+        for d in e.dataframe
+        if column in d.value.columns
+    )
 
 
 def texts(app: AppTest, kind: str) -> str:
@@ -122,12 +150,12 @@ def test_overview_figures_equal_those_computed_from_the_records(
     assert shown["Spend"] == "USD 0.150974155"  # 0.000974155 (acme) + 0.15 (bravo)
     assert shown["Completed interactions"] == "5"
     # Cold: 400, 800, 2000 ms; warm: 90, 100, 120 ms (nearest rank, bucket upper edges).
-    notes = deltas(app)
-    assert [shown["TTFT cold p50"], notes["TTFT cold p50"]] == [
+    under = notes(app)
+    assert [shown["TTFT cold p50"], under["TTFT cold p50"]] == [
         ttft_edge(800),
         f"p90 {ttft_edge(2000)}",
     ]
-    assert [shown["TTFT warm p50"], notes["TTFT warm p50"]] == [
+    assert [shown["TTFT warm p50"], under["TTFT warm p50"]] == [
         ttft_edge(100),
         f"p90 {ttft_edge(120)}",
     ]
@@ -140,6 +168,13 @@ def test_overview_figures_equal_those_computed_from_the_records(
     assert D(str(july_first["value"])) == sum(
         (r.cost.total for r in world.records[2:4] + world.records[5:6]), D(0)
     )
+    # The hover shows the exact amount: drawn at six places, 0.0000004 would read as 0.
+    june_first = next(v for v in spend if v["at"] == "2026-06-30T10:00:00Z")
+    assert june_first["text"] == formatting.money(
+        world.records[0].cost.total + world.records[1].cost.total, "USD"
+    )
+    tooltip = json.loads(drawn[0].proto.spec)["encoding"]["tooltip"]
+    assert {"field": "text", "title": "value", "type": "nominal"} in tooltip
 
 
 def test_unpriced_attempts_are_left_out_of_cost_per_interaction_and_said_beside_it(
@@ -152,7 +187,7 @@ def test_unpriced_attempts_are_left_out_of_cost_per_interaction_and_said_beside_
     assert metrics(app)["Cost per completed interaction"] == formatting.money(
         (priced_cost / 4).quantize(NANO), "USD"
     )
-    assert deltas(app) == {
+    assert notes(app) == {
         "Spend": "+ 1 unpriced attempt, cost unknown",
         "Cost per completed interaction": "20.0 % of interactions unpriced",
         # The world's ceilings carry no kind (as rows recorded before kvgate kept one).
@@ -175,7 +210,7 @@ def test_only_unpriced_traffic_shows_no_spend_and_no_currency(
     app.multiselect(key="models").set_value(["unpriced"]).run()
     shown = metrics(app)
     assert shown["Spend"] == shown["Cost per completed interaction"] == formatting.MISSING
-    assert deltas(app)["Cost per completed interaction"] == "100.0 % of interactions unpriced"
+    assert notes(app)["Cost per completed interaction"] == "100.0 % of interactions unpriced"
     assert not [value for value in shown.values() if "USD" in value]
     titles = [json.loads(chart.proto.spec).get("title") for chart in charts(app)]
     assert "Cost per completed interaction" in titles
@@ -255,16 +290,31 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
     world: World, monkeypatch: pytest.MonkeyPatch, media: list[MediaFileManager]
 ) -> None:
     app = open_app(world.url, monkeypatch, page="tenants")
-    table = {row["tenant"]: row for row in app.dataframe[0].value.to_dict("records")}
+    table = {row["tenant"]: row for row in all_columns(app, "unpriced attempts").to_dict("records")}
     acme = [r for r in world.records if r.tenant_id == world.a]
     spend = sum((r.cost.total for r in acme), D(0))
-    assert table["acme"]["spend"] == spend == D("0.000974155")
+    assert spend == D("0.000974155")
+    assert table["acme"]["spend"] == "USD 0.000974155"
     assert table["acme"]["completed interactions"] == 4
     # Over the 3 a priced attempt completed: i5 (an unpriced model) is 1 of 4 left out.
-    assert table["acme"]["cost per completed interaction"] == (spend / 3).quantize(NANO)
+    assert (spend / 3).quantize(NANO) == D("0.000324718")
+    assert table["acme"]["cost per completed interaction"] == "USD 0.000324718"
     assert table["acme"]["unpriced interactions"] == D("0.25")
     assert table["acme"]["unpriced attempts"] == 1
-    assert table["bravo"]["spend"] == D("0.150000000")
+    assert table["bravo"]["spend"] == "USD 0.15"
+    # The page shows the key columns; the rest are under "All columns".
+    main = shown_table(app, "completed interactions")
+    assert list(main.columns) == [
+        "tenant",
+        "spend",
+        "completed interactions",
+        "cost per completed interaction",
+        "token hit rate",
+        "routing efficiency",
+        "saved by cache",
+        "failed or retried share",
+    ]
+    assert list(main["spend"]) == ["USD 0.15", "USD 0.000974155"]
     assert list(table) == ["bravo", "acme"]  # biggest spender first
     app.selectbox(key="tenant").set_value(world.a).run()
     with world.sessions() as session:
@@ -282,7 +332,7 @@ def test_tenants_table_and_statement_downloads_equal_the_billing_api(
     )
     # The unpriced share beside it is the statement's: i5 of acme's 4 interactions.
     assert statement.totals.unpriced_interaction_share == D("0.25")
-    assert deltas(app)["Cost per completed interaction"] == "25.0 % of interactions unpriced"
+    assert notes(app)["Cost per completed interaction"] == "25.0 % of interactions unpriced"
 
 
 def test_a_tenant_shows_its_top_end_users_and_tags_by_spend(
@@ -321,19 +371,19 @@ def test_models_page_shows_the_price_book_paid_rates_and_unpriced_requests(
     app = open_app(world.url, monkeypatch, page="models")
     book = app.dataframe[0].value.to_dict("records")
     assert [(r["model"], r["input / 1M"], r["cache read / 1M"]) for r in book] == [
-        ("m", D("0.200000000"), D("0.020000000")),
-        ("m", D("0.150000000"), D("0.015000000")),
+        ("m", "USD 0.20", "USD 0.02"),
+        ("m", "USD 0.15", "USD 0.015"),
     ]
     paid = app.dataframe[1].value.to_dict("records")
     for row, price in zip(paid, (JAN, JUL), strict=True):
         under = [r for r in world.records if r.price_id == price.id]
         cost = sum((r.cost.uncached + r.cost.cache_read + r.cost.cache_write for r in under), D(0))
         prompt = sum(r.usage.prompt_tokens for r in under)
-        assert row["list input / 1M"] == price.input
-        assert row["paid input / 1M"] == cost * PER_MILLION / prompt
+        assert row["list input / 1M"] == formatting.money(price.input, "USD")
+        assert row["paid input / 1M"] == formatting.money(cost * PER_MILLION / prompt, "USD")
         assert row["prompt tokens"] == prompt
     # June: (1000 x 0.20 + 200 x 0.20 + 800 x 0.02) / 2000 tokens = 0.128 per 1M.
-    assert paid[0]["paid input / 1M"] == D("0.128")
+    assert paid[0]["paid input / 1M"] == "USD 0.128"
     assert "1 attempts in this period had no price entry" in texts(app, "warning")
     assert app.dataframe[2].value.to_dict("records") == [
         {"model": "unpriced", "attempts": 1, "prompt tokens": 7, "output tokens": 1}
@@ -386,7 +436,14 @@ def test_requests_page_lists_filters_and_looks_up_every_attempt(
     latest = app.dataframe(key="recent").value.to_dict("records")
     assert [r["request id"] for r in latest] == [f"req_{n}" for n in (7, 5, 6, 4, 3, 2, 1)]
     assert latest[0]["started (Asia/Tokyo)"] == "2026-07-01 15:10:00.000"  # 06:10 UTC
-    assert latest[0]["cost total"] == world.records[6].cost.total
+    # 100 x 0.15 + 900 x 0.015 + 20 x 0.45 per 1M, shown whole: never rounded to 0.
+    assert world.records[6].cost.total == D("0.0000375")
+    assert latest[0]["cost total"] == "USD 0.0000375"
+    unpriced = next(r for r in latest if r["request id"] == "req_5")
+    assert unpriced["cost total"] is None or math.isnan(unpriced["cost total"])  # unknown, not 0
+    everything = all_columns(app, "cost cache read").to_dict("records")
+    assert everything[0]["cost cache read"] == "USD 0.0000135"
+    assert "cost cache read" not in app.dataframe(key="recent").value.columns
     app.selectbox(key="req_status").set_value("failed").run()
     assert [r["request id"] for r in app.dataframe(key="recent").value.to_dict("records")] == [
         "req_3"

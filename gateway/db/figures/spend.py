@@ -32,6 +32,7 @@ from gateway.db.sums import Sums
 from gateway.db.writer.rollups import COMPLETED, UNPRICED
 from pricing.cost import NANO, PER_MILLION, ZERO
 
+REFUSED = "refused"  # ``gateway.accounting.records.Status.REFUSED``
 K = TypeVar("K", bound=Hashable)
 USAGE = UsageHourRow.__table__
 CELLS = InteractionCellRow.__table__
@@ -93,12 +94,15 @@ class Figures:
 
     ``sums`` covers every attempt; ``unpriced`` the attempts no price entry covered (their
     stored cost is 0, so money sums are of priced attempts); ``failed`` the attempts that
-    did not complete (failed, cancelled: retried or lost).
+    did not complete (failed, cancelled: retried or lost); ``refused`` the requests turned
+    away at admission by a budget or a rate limit (the client's own limits, no upstream
+    called, no cost): they are not failures.
     """
 
     sums: Sums = field(default_factory=Sums)
     unpriced: Sums = field(default_factory=Sums)
     failed: Sums = field(default_factory=Sums)
+    refused: Sums = field(default_factory=Sums)
     completed_interactions: int = 0
     # Completed interactions a priced attempt completed (``gateway.billing.Totals``).
     priced_completed_interactions: int = 0
@@ -167,9 +171,18 @@ class Figures:
         return ratio(self.failed.cost_total, self.sums.cost_total)
 
     @property
+    def admitted(self) -> int:
+        """Attempts admitted (every attempt but those refused at admission)."""
+        return self.sums.requests - self.refused.requests
+
+    @property
     def failure_rate(self) -> Decimal | None:
-        """Attempts that did not complete (failed, cancelled) / attempts."""
-        return ratio(self.failed.requests, self.sums.requests)
+        """Admitted attempts that did not complete (failed, cancelled) / admitted attempts.
+
+        Refusals by a budget or a rate limit are the client's limits at work, not failures:
+        they count on neither side.
+        """
+        return ratio(self.failed.requests, self.admitted)
 
 
 # Rollup columns summed beside the Sums: figures of their own.
@@ -234,6 +247,7 @@ def _fold(
                 "sums": Sums(),
                 "unpriced": Sums(),
                 "failed": Sums(),
+                "refused": Sums(),
                 "avoidable_miss_cost": ZERO,
                 **dict.fromkeys(EXTRA, 0),
             }
@@ -241,7 +255,9 @@ def _fold(
         values["sums"] += found
         if row["price_id"] == UNPRICED:
             values["unpriced"] += found
-        if row["status"] != COMPLETED:
+        if row["status"] == REFUSED:
+            values["refused"] += found
+        elif row["status"] != COMPLETED:
             values["failed"] += found
         for name in EXTRA:
             values[name] += int(row[name] or 0)
@@ -259,6 +275,7 @@ def _fold(
             sums=values["sums"],
             unpriced=values["unpriced"],
             failed=values["failed"],
+            refused=values["refused"],
             completed_interactions=values["completed_cells"] - repeats[target].cells,
             priced_completed_interactions=(
                 values["priced_completed_cells"] - repeats[target].priced
