@@ -1,14 +1,17 @@
-"""The gateway's added latency on the litellm path, beside the vLLM path, at concurrency 1.
+"""The gateway's added latency on the hosted paths (same-wire and litellm) beside vLLM's.
 
 Four upstreams on loopback answer instantly: the provider emulator (OpenAI-compatible and
 Anthropic Messages, replaying the recorded fixtures of tests/providers) and one simulated
 vLLM replica with instant timing. Each request goes once straight to its upstream and once
 through a real ``kvgate serve`` (SQLite, journal with fsync, as deployed), one at a time;
-the difference of the medians is what the gateway adds. Times are to the last byte.
+the difference of the medians is what the gateway adds: to the whole answer (json), and
+on streams to the first event and to the last byte.
 
     path                client speaks              upstream
     vllm                OpenAI                     kvgate sim (/v1/chat/completions)
-    litellm openai      OpenAI                     emulator /v1/chat/completions
+    wire openai         OpenAI                     emulator /v1/chat/completions, over
+                                                   the gateway's aiohttp path (via: auto)
+    litellm openai      OpenAI                     the same, through litellm (via: litellm)
     litellm anthropic   OpenAI (gateway) /         emulator /v1/messages
                         Anthropic (direct)
 
@@ -72,13 +75,16 @@ def start_emulator(tmp: Path) -> Proc:
 
 async def timed(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
-) -> float:
+) -> tuple[float, float]:
+    """(seconds to the first body bytes, seconds to the last)."""
     start = time.perf_counter()
     async with session.post(url, json=body, headers=headers) as reply:
+        await reply.content.readany()
+        first = time.perf_counter() - start
         await reply.read()
         if reply.status != 200:
             raise RuntimeError(f"{url} answered {reply.status}")
-    return time.perf_counter() - start
+    return first, time.perf_counter() - start
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -86,9 +92,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+Timings = list[tuple[float, float]]
+
+
 async def measure(
     paths: list[Route], gateway: str, key: str, requests: int, stream: bool
-) -> list[tuple[str, list[float], list[float]]]:
+) -> list[tuple[str, Timings, Timings]]:
     results = []
     auth = {"authorization": f"Bearer {key}"}
     async with aiohttp.ClientSession() as session:
@@ -98,7 +107,8 @@ async def measure(
             direct_body = {**path.direct_body, **extra}
             if stream and "/v1/chat/completions" in path.direct_url:
                 direct_body["stream_options"] = {"include_usage": True}
-            direct, gated = [], []
+            direct: Timings = []
+            gated: Timings = []
             for _ in range(requests // 10):  # warm up both, connections and caches
                 await timed(session, path.direct_url, direct_body, path.direct_headers)
                 await timed(session, gateway + "/v1/chat/completions", through, auth)
@@ -111,18 +121,22 @@ async def measure(
     return results
 
 
-def report(title: str, results: list[tuple[str, list[float], list[float]]]) -> None:
+def report(title: str, results: list[tuple[str, Timings, Timings]], *, stream: bool) -> None:
     print(f"\n{title}")
     print(
         f"{'path':<20}{'direct p50':>12}{'p99':>9}{'gateway p50':>13}{'p99':>9}"
-        f"{'added p50':>11}{'p99':>9}  (ms)"
+        f"{'added p50':>11}{'p99':>9}"
+        + (f"{'added p50 first event':>23}" if stream else "")
+        + "  (ms)"
     )
     for name, direct, gated in results:
-        d50, d99 = statistics.median(direct) * 1e3, percentile(direct, 0.99) * 1e3
-        g50, g99 = statistics.median(gated) * 1e3, percentile(gated, 0.99) * 1e3
+        last_d, last_g = [t[1] for t in direct], [t[1] for t in gated]
+        d50, d99 = statistics.median(last_d) * 1e3, percentile(last_d, 0.99) * 1e3
+        g50, g99 = statistics.median(last_g) * 1e3, percentile(last_g, 0.99) * 1e3
+        first = statistics.median([t[0] for t in gated]) - statistics.median([t[0] for t in direct])
         print(
             f"{name:<20}{d50:>12.2f}{d99:>9.2f}{g50:>13.2f}{g99:>9.2f}"
-            f"{g50 - d50:>11.2f}{g99 - d99:>9.2f}"
+            f"{g50 - d50:>11.2f}{g99 - d99:>9.2f}" + (f"{first * 1e3:>23.2f}" if stream else "")
         )
 
 
@@ -147,6 +161,7 @@ def main() -> None:
                 model,
                 "--effective-from",
                 "2025-01-01",
+                "--backdate",
                 "--input",
                 "3",
                 "--cache-read",
@@ -163,13 +178,17 @@ def main() -> None:
             tmp / "kvgate.yaml",
             [
                 {"name": SIM_MODEL, "replicas": [sim.url]},
-                {
-                    "name": "gpt",
-                    "backend": "litellm",
-                    "litellm_model": "openai/openai-cached",
-                    "api_base": emulator.url + "/v1",
-                    "price_model": "openai-cached",
-                },
+                *(
+                    {
+                        "name": f"gpt-{via}",
+                        "backend": "litellm",
+                        "litellm_model": "openai/openai-cached",
+                        "api_base": emulator.url + "/v1",
+                        "price_model": "openai-cached",
+                        "via": via,
+                    }
+                    for via in ("auto", "litellm")
+                ),
                 {
                     "name": "claude",
                     "backend": "litellm",
@@ -190,12 +209,15 @@ def main() -> None:
                 {},
                 SIM_MODEL,
             ),
-            Route(
-                "litellm openai",
-                emulator.url + "/v1/chat/completions",
-                {"model": "openai-cached", **chat},
-                {"authorization": "Bearer x"},
-                "gpt",
+            *(
+                Route(
+                    name,
+                    emulator.url + "/v1/chat/completions",
+                    {"model": "openai-cached", **chat},
+                    {"authorization": "Bearer x"},
+                    f"gpt-{via}",
+                )
+                for name, via in (("wire openai", "auto"), ("litellm openai", "litellm"))
             ),
             Route(
                 "litellm anthropic",
@@ -214,10 +236,12 @@ def main() -> None:
             report(
                 f"non-streaming, {args.requests} requests each, concurrency 1",
                 asyncio.run(measure(paths, gateway.url, key, args.requests, stream=False)),
+                stream=False,
             )
             report(
                 f"streaming (to the last byte), {args.requests} requests each, concurrency 1",
                 asyncio.run(measure(paths, gateway.url, key, args.requests, stream=True)),
+                stream=True,
             )
         finally:
             gateway.stop()

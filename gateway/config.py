@@ -153,6 +153,10 @@ class ProviderTarget(BaseModel):
     cache_control: bool = False
     cache_ttl: Literal["5m", "1h"] = "5m"
     timeout_s: float = Field(default=600.0, gt=0)
+    # How chat is served: "auto" goes straight over the provider's own OpenAI wire where it
+    # speaks it (gateway/serving/passthrough.py), else through litellm; "litellm" always
+    # through litellm (a provider whose wire drifts from OpenAI's in a way litellm mends).
+    via: Literal["auto", "litellm"] = "auto"
 
     @model_validator(mode="after")
     def _cache_control_only_where_accepted(self) -> ProviderTarget:

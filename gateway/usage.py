@@ -19,12 +19,15 @@ Conventions, and why each needs its own reading:
     Gemini          cachedContentTokenCount INSIDE promptTokenCount; thoughts are output
     OpenRouter      OpenAI's, plus prompt_tokens_details.cache_write_tokens (also inside)
     litellm         every provider mapped to OpenAI's: reads and writes INSIDE prompt_tokens
+
+``openai_wire(provider)`` names the reading of each provider served on OpenAI's chat wire
+without litellm (gateway/serving/chatwire.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -260,6 +263,18 @@ def from_litellm(usage: Mapping[str, Any] | None) -> Usage:
         hour,
         _count(usage.get("completion_tokens")),
     )
+
+
+# The providers on OpenAI's chat wire whose usage is not OpenAI's own (the rest: from_openai).
+OPENAI_WIRE_CONVENTIONS: dict[str, Callable[[Mapping[str, Any] | None], Usage]] = {
+    "deepseek": from_deepseek,
+    "openrouter": from_openrouter,
+}
+
+
+def openai_wire(provider: str) -> Callable[[Mapping[str, Any] | None], Usage]:
+    """The normaliser of a provider's usage on OpenAI's chat wire (litellm prefix names it)."""
+    return OPENAI_WIRE_CONVENTIONS.get(provider, from_openai)
 
 
 def to_openai(usage: Usage) -> dict[str, Any]:

@@ -2,12 +2,14 @@
 
     plan     the deployment's targets (primary, then fallbacks) that speak the endpoint,
              one attempt each; none: a 400 naming the endpoints the deployment serves
-    send     chat: litellm's completion, its usage normalised (``gateway.usage
-             .from_litellm``); the other endpoints: the provider's own wire, untranslated
-             (gateway/serving/passthrough.py)
-    open     litellm's stream, its first chunk read before the client sees a byte, so a
-             provider that fails at once fails over like a non-streamed call; or the
-             provider's own event stream, open once it answered 200
+    send     the provider's own wire (gateway/serving/passthrough.py) where it speaks
+             the endpoint's: chat for OpenAI-wire providers (gateway/serving/chatwire.py),
+             Responses, embeddings, Messages; else (chat of Anthropic, Gemini, Bedrock,
+             Vertex…, or a target with ``via: litellm``) litellm's completion, its usage
+             normalised (``gateway.usage.from_litellm``)
+    open     the provider's own event stream, open once it answered 200; or litellm's
+             stream, its first chunk read before the client sees a byte, so a provider
+             that fails at once fails over like a non-streamed call
 
 A failed attempt (connect error, timeout, 429, 5xx) is recorded and the next target is
 tried as another attempt of the same interaction.
@@ -30,6 +32,7 @@ from gateway.errors import InvalidRequest, KvgateError
 from gateway.serving import replies
 from gateway.serving.backend import Answer
 from gateway.serving.calls import Endpoint, forwardable, served, speaks
+from gateway.serving.chatwire import ProviderChatStream, speaks_chat
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.passthrough import Passthrough
 from gateway.serving.wires import WireStream
@@ -97,8 +100,8 @@ class HostedBackend:
         )
 
     async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
-        """One litellm completion, or one call on the provider's own wire."""
-        if ctx.call.endpoint is not Endpoint.CHAT:
+        """One call on the provider's own wire, or one litellm completion."""
+        if _same_wire(ctx, attempt):
             return await self.passthrough.send(ctx.call, _target(attempt))
         reply = await self.providers.complete(self._request(ctx, attempt))
         return Answer(
@@ -112,9 +115,11 @@ class HostedBackend:
             ),
         )
 
-    async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> HostedStream | WireStream:
-        """One litellm stream, its first chunk already read; or the provider's own."""
-        if ctx.call.endpoint is not Endpoint.CHAT:
+    async def open(
+        self, ctx: Context, plan: Plan, attempt: Attempt
+    ) -> HostedStream | WireStream | ProviderChatStream:
+        """The provider's own stream; or one litellm stream, its first chunk already read."""
+        if _same_wire(ctx, attempt):
             return await self.passthrough.open(ctx.call, _target(attempt))
         return HostedStream(await self.providers.open_stream(self._request(ctx, attempt)))
 
@@ -135,6 +140,11 @@ class HostedBackend:
     def exhausted(self, error: KvgateError) -> KvgateError:
         """The last target's failure, as the provider answered."""
         return error
+
+
+def _same_wire(ctx: Context, attempt: Attempt) -> bool:
+    """Whether the attempt goes over the provider's own wire (everything but litellm's chat)."""
+    return ctx.call.endpoint is not Endpoint.CHAT or speaks_chat(_target(attempt))
 
 
 def _target(attempt: Attempt) -> ProviderTarget:
@@ -191,13 +201,16 @@ class HostedStream:
 async def build_hosted(
     settings: Settings, deployments: Mapping[str, Any], session: aiohttp.ClientSession
 ) -> HostedBackend | None:
-    """The hosted backend; None if no model uses it (litellm is then never imported)."""
+    """The hosted backend; None if no model uses it. litellm is imported only when a target's
+    chat needs translating (every other call goes over the provider's own wire)."""
     chosen = {n: d for n, d in deployments.items() if isinstance(d, ProviderDeployment)}
     if not chosen:
         return None
     providers = Providers()
-    await asyncio.to_thread(providers.load)
-    log.info("litellm %s loaded for %d model(s)", providers.version, len(chosen))
+    translated = [n for n, d in chosen.items() if not all(speaks_chat(t) for t in d.targets)]
+    if translated:
+        await asyncio.to_thread(providers.load)
+        log.info("litellm %s loaded for %d model(s)", providers.version, len(translated))
     return HostedBackend(
         providers=providers, deployments=chosen, keys=settings.provider_keys(), session=session
     )

@@ -1,7 +1,9 @@
 """Hosted providers on their own wire, without litellm: the same-wire half of the hosted
 backend (gateway/serving/hosted.py), over the gateway's one aiohttp session.
 
-    OpenAI     /v1/embeddings, /v1/responses          ``Authorization: Bearer KEY``
+    OpenAI     /v1/chat/completions (and every provider   ``Authorization: Bearer KEY``
+               that speaks OpenAI's chat wire: gateway/serving/chatwire.py),
+               /v1/embeddings, /v1/responses
     Anthropic  /v1/messages, /v1/messages/count_tokens ``x-api-key: KEY``, the client's
                                                        ``anthropic-version`` (and betas)
 
@@ -14,6 +16,9 @@ to the deployment's next target that speaks the wire; another 4xx is the client'
 with the provider's status and message.
 
 Base URLs follow litellm's ``api_base``: OpenAI's includes ``/v1``, Anthropic's does not.
+Every provider host has its own pool of kept-alive connections inside the gateway's one
+session (aiohttp pools per host, port and TLS); answers are asked for uncompressed, as the
+session passes bytes through without decompressing them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from gateway.config import ProviderTarget
 from gateway.errors import UpstreamError
 from gateway.serving.backend import Answer
 from gateway.serving.calls import Call, Endpoint, forwardable
+from gateway.serving.chatwire import ProviderChatStream, chat_answer, chat_body, chat_url
 from gateway.serving.wires import PROVIDER_WIRES, WireStream
 from gateway.upstream.providers import ProviderFailure
 from gateway.upstream.vllm import UpstreamStream, json_object, post_json
@@ -58,6 +64,7 @@ def provider_body(body: Mapping[str, Any], model: str) -> bytes:
 def provider_headers(target: ProviderTarget, call: Call, key: str | None) -> dict[str, str]:
     """The provider's key in its own header, and the client's wire headers."""
     headers = dict(call.wire_headers)
+    headers["accept-encoding"] = "identity"
     if target.provider == "anthropic":
         headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
         if key:
@@ -100,10 +107,14 @@ class Passthrough:
 
     def _call(self, call: Call, target: ProviderTarget) -> tuple[str, bytes, dict[str, str]]:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
+        headers = provider_headers(target, call, key)
+        if call.endpoint is Endpoint.CHAT:
+            body = chat_body(call.body, target, stream=call.stream)
+            return chat_url(target), forwardable(body), headers
         return (
             provider_url(target, call.endpoint),
             provider_body(call.body, target.provider_model),
-            provider_headers(target, call, key),
+            headers,
         )
 
     async def send(self, call: Call, target: ProviderTarget) -> Answer:
@@ -117,9 +128,11 @@ class Passthrough:
         data = json_object(reply.body)
         if reply.status != 200 or data is None:
             raise rejection(reply.status, reply.body, target.litellm_model)
+        if call.endpoint is Endpoint.CHAT:
+            return chat_answer(data, target)
         return Answer.of(data, PROVIDER_WIRES[call.endpoint])
 
-    async def open(self, call: Call, target: ProviderTarget) -> WireStream:
+    async def open(self, call: Call, target: ProviderTarget) -> WireStream | ProviderChatStream:
         """One streamed call, open once the provider answered 200."""
         url, body, headers = self._call(call, target)
         timeout = aiohttp.ClientTimeout(total=target.timeout_s)
@@ -132,4 +145,6 @@ class Passthrough:
             raw = await upstream.read_all()
             await upstream.close()
             raise rejection(status, raw, target.litellm_model)
+        if call.endpoint is Endpoint.CHAT:
+            return ProviderChatStream(upstream, target, prompt_chars=call.prompt_chars)
         return WireStream(upstream, PROVIDER_WIRES[call.endpoint], prompt_chars=call.prompt_chars)

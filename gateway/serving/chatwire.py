@@ -1,0 +1,174 @@
+"""Chat on a hosted provider's own OpenAI wire: the same aiohttp path as vLLM's, no litellm.
+
+A target whose provider speaks OpenAI's ``/chat/completions`` (litellm's prefixes below, or
+``openai/`` with an ``api_base`` of any OpenAI-compatible server) is sent:
+
+    body     the client's members in CHAT_PARAMETERS only (gateway/upstream/providers.py:
+             nothing else leaves the gateway, as on the litellm path), the provider's model
+             name, ``stream`` and, on streams, ``stream_options.include_usage`` forced on;
+             Anthropic-family models behind OpenRouter get the stable-prefix marks
+    url      ``api_base`` (else litellm's default base for the provider) + /chat/completions
+    key      ``Authorization: Bearer`` the key named by ``api_key_env``
+
+The answer's usage is read in the provider's convention (``gateway.usage.openai_wire``:
+DeepSeek's hit/miss counts, OpenRouter's writes inside the prompt), its service tier billed.
+Anthropic, Gemini, Bedrock, Vertex and every other prefix stay on litellm, which translates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.accounting.records import Status
+from gateway.config import ProviderTarget, anthropic_family
+from gateway.errors import UpstreamError
+from gateway.serving.backend import Answer
+from gateway.serving.context import Outcome, now
+from gateway.serving.vllm import VllmStream
+from gateway.upstream import sse
+from gateway.upstream.providers import CHAT_PARAMETERS, mark_stable_prefix, service_tier
+from gateway.usage import Usage, openai_wire
+
+# litellm's default ``api_base`` for each provider that speaks OpenAI's chat wire (read
+# from litellm's own source; ``hosted_vllm`` has none: it needs an ``api_base``).
+OPENAI_WIRE_BASES: dict[str, str | None] = {
+    "openai": "https://api.openai.com/v1",
+    "deepseek": "https://api.deepseek.com/beta",
+    "xai": "https://api.x.ai/v1",
+    "mistral": "https://api.mistral.ai/v1",
+    "moonshot": "https://api.moonshot.ai/v1",
+    "together_ai": "https://api.together.ai/v1",
+    "fireworks_ai": "https://api.fireworks.ai/inference/v1",
+    "groq": "https://api.groq.com/openai/v1",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "hosted_vllm": None,
+}
+CHAT_PATH = "/chat/completions"
+
+
+def speaks_chat(target: ProviderTarget) -> bool:
+    """Whether the target's chat goes over its provider's own wire (not through litellm)."""
+    if target.via == "litellm" or target.provider not in OPENAI_WIRE_BASES:
+        return False
+    return (target.base_url or OPENAI_WIRE_BASES[target.provider]) is not None
+
+
+def chat_url(target: ProviderTarget) -> str:
+    """The target's ``/chat/completions``."""
+    base = target.base_url or OPENAI_WIRE_BASES[target.provider]
+    assert base is not None  # speaks_chat said so
+    return base + CHAT_PATH
+
+
+def chat_body(body: Mapping[str, Any], target: ProviderTarget, *, stream: bool) -> dict[str, Any]:
+    """The provider's chat body: the allowed parameters, its model name, usage asked for."""
+    sent = {k: v for k, v in body.items() if k in CHAT_PARAMETERS}
+    if target.cache_control and anthropic_family(target.litellm_model):
+        mark_stable_prefix(sent, target.cache_ttl)
+    sent["model"] = target.provider_model
+    if stream:
+        sent["stream"] = True
+        sent["stream_options"] = {"include_usage": True}
+    return sent
+
+
+def _finish(data: Mapping[str, Any]) -> str | None:
+    choices = data.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = first.get("finish_reason") if isinstance(first, dict) else None
+    return str(reason) if reason else None
+
+
+def chat_answer(data: dict[str, Any], target: ProviderTarget) -> Answer:
+    """A complete chat answer, its usage in the provider's convention."""
+    upstream_usage = data.pop("usage", None)
+    raw = upstream_usage if isinstance(upstream_usage, dict) else None
+    return Answer(
+        body=data,
+        upstream_usage=raw,
+        outcome=Outcome(
+            status=Status.COMPLETED,
+            usage=openai_wire(target.provider)(raw),
+            finish_reason=_finish(data),
+            service_tier=service_tier({"service_tier": data.get("service_tier"), "usage": raw}),
+        ),
+    )
+
+
+class ProviderChatStream(VllmStream):
+    """A provider's chat stream as vLLM's is passed on (usage chunk and ``[DONE]`` held),
+    read in the provider's convention; usage riding on a content chunk (DeepSeek's last) is
+    taken off it and held back as its own chunk, so the client sees only the billed one."""
+
+    def __init__(self, upstream: Any, target: ProviderTarget, *, prompt_chars: int) -> None:
+        super().__init__(upstream, prompt_chars=prompt_chars)
+        self.target = target
+        self.service_tier: str | None = None
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The events of each read, together, with no provider usage left in them."""
+        state, splitter = self.state, sse.EventSplitter()
+        async for data in self.upstream.chunks():
+            passing: list[bytes] = []
+            for event in splitter.feed(data):
+                if self.first_token_at is None:
+                    self.first_token_at = now()
+                    self.service_tier = _tier(event)
+                before, counted = state.usage, state.content_events
+                held = sse.inspect(event, state)
+                if state.content_events > counted and _empty_delta(event):
+                    state.content_events = counted  # a finish chunk: no token, as litellm counts
+                if held is not None:
+                    self.usage_chunk = held
+                    self.service_tier = service_tier(held) or self.service_tier
+                elif state.usage is not before:
+                    passing.append(self._strip_usage(event))
+                elif not state.saw_done:
+                    passing.append(event)
+            if passing:
+                yield b"".join(passing)
+        if not state.saw_done:
+            raise UpstreamError("upstream stream ended before [DONE]")
+
+    def _strip_usage(self, event: bytes) -> bytes:
+        """A content chunk that carried the usage, without it (kept as the usage chunk)."""
+        chunk = orjson.loads(sse.payload(event) or b"{}")
+        usage = chunk.pop("usage")
+        self.usage_chunk = {**{k: v for k, v in chunk.items() if k != "choices"}, "usage": usage}
+        self.usage_chunk["choices"] = []
+        return sse.encode(chunk)
+
+    def outcome(self, *, ended: bool, error: str | None) -> Outcome:
+        """Reported usage (the provider's convention) when it came; else an estimate."""
+        state = self.state
+        if state.usage is not None:
+            usage = openai_wire(self.target.provider)(state.usage)
+        else:
+            usage = Usage.estimated(self.prompt_chars, state.content_events)
+        return Outcome(
+            status=Status.COMPLETED if ended else Status.FAILED,
+            usage=usage,
+            first_token_at=self.first_token_at,
+            finish_reason=state.finish_reason,
+            service_tier=self.service_tier,
+            error=error,
+        )
+
+
+def _tier(event: bytes) -> str | None:
+    """The service tier a chunk says (OpenAI repeats it in every chunk)."""
+    if b'"service_tier"' not in event:
+        return None
+    try:
+        chunk = orjson.loads(sse.payload(event) or b"")
+    except orjson.JSONDecodeError:
+        return None
+    return service_tier(chunk) if isinstance(chunk, dict) else None
+
+
+def _empty_delta(event: bytes) -> bool:
+    """A chunk whose delta carries nothing generated (the one that only says why it ended)."""
+    return b'"delta":{}' in event or b'"delta": {}' in event
