@@ -72,6 +72,7 @@ def test_two_gateways_never_overspend_one_budget_through_restarts(tmp_path: Path
                     old.stop()
                     port = int(old.url.rsplit(":", 1)[1])
                     gateways[name] = start_gateway(tmp_path, config, env, port=port)
+                    stack.others.append(gateways[name])  # stopped with the stack
                 restarted.set()
 
             def ask(number: int, turn: int) -> str:

@@ -62,6 +62,8 @@ class Stack:
     sims: list[Proc] = field(default_factory=list)
     emulator: Proc | None = None
     gateway: Proc | None = None
+    # More processes a test started itself (a second gateway, a restarted one): stopped too.
+    others: list[Proc] = field(default_factory=list)
     config: Path | None = None
     keys: dict[str, str] = field(default_factory=dict)
     key_ids: dict[str, str] = field(default_factory=dict)
@@ -136,7 +138,7 @@ class Stack:
 
     def close(self) -> None:
         """Stop every process the stack started."""
-        for proc in (self.gateway, *self.sims, self.emulator):
+        for proc in (self.gateway, *self.others, *self.sims, self.emulator):
             if proc is not None:
                 proc.stop()
         self.engine.dispose()
