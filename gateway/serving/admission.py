@@ -273,7 +273,10 @@ class Admission:
             _, end = budget.bounds(at)
             if self.alerts is not None:  # exhausted: the 100 % alert, if not sent yet
                 spent = await asyncio.to_thread(self._spent_now, short)
-                self.alerts.exhausted(budget, short, spent)
+                # Only when the spend itself leaves no room for this request: a refusal
+                # while other workers' slices hold the rest is not the budget running out.
+                if budget.limit - spent <= short.amount:
+                    self.alerts.exhausted(budget, short, spent)
             raise BudgetExceeded(
                 f"budget {budget.id} on {budget.scope} ({budget.period}) cannot cover this "
                 f"request: limit {budget.limit.normalize():f}; it resets {reset_text(end)}",

@@ -218,7 +218,9 @@ class Leases:
             lease.last_used = -IDLE_S * 2  # idle: each sync gives its slice back
         for key in list(self.leases):
             try:
-                await self.sync(key)
+                # again: a sync under way (a tick's, begun before the slice went idle above)
+                # would keep the slice; this one gives it back.
+                await self.sync(key, again=True)
             except DatabaseError as exc:
                 log.warning(
                     "budget lease of %s not returned (%s): swept after its TTL", key[0], exc

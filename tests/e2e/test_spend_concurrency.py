@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy import func, select
 
 from gateway.budgets import Period, period_bounds
-from gateway.db.models import BudgetCounterRow, RequestRow
+from gateway.db.models import BudgetAlertRow, BudgetCounterRow, BudgetHoldRow, RequestRow
 from gateway.db.session import session_factory
 from tests.conftest import new_database
 from tests.factories import vllm
@@ -119,6 +119,18 @@ def test_two_gateways_never_overspend_one_budget_through_restarts(tmp_path: Path
             with ThreadPoolExecutor(CLIENTS) as pool:
                 list(pool.map(client, range(CLIENTS)))
             restarter.join()
+            # The clients stopped at their first 402, each on its own gateway: the other
+            # may hold a slice it never used. Once idle slices are back (1 s), one client
+            # alternates gateways until both refuse in a row: the budget is spent out.
+            time.sleep(1.5)
+            refusals_in_a_row = 0
+            for turn in range(400):
+                outcome = ask(turn, 10_000)
+                outcomes[outcome] += 1
+                refusals_in_a_row = refusals_in_a_row + 1 if outcome == "402" else 0
+                if refusals_in_a_row == 2:
+                    break
+            assert refusals_in_a_row == 2
             assert set(outcomes) == {"completed", "402"}, outcomes
             wait_recorded(gateways["a"].url)
             wait_recorded(gateways["b"].url)
@@ -148,8 +160,24 @@ def test_two_gateways_never_overspend_one_budget_through_restarts(tmp_path: Path
             )
         assert counter.spent <= LIMIT
         assert counter.spent == recorded
-        assert counter.reserved == Decimal(0)
+        with factory() as session:
+            holds = [(h.request_id, h.amount) for h in session.scalars(select(BudgetHoldRow))]
+        assert counter.reserved == Decimal(0), holds  # every stopped gateway gave its slice back
         assert statuses == {"completed": outcomes["completed"], "refused": outcomes["402"]}
+        # Each threshold's alert was made once the spend had reached it: the 100 % one when
+        # what was spent left no room for a request, not at a refusal while the other
+        # gateway's slice held the rest.
+        with factory() as session:
+            alerts = session.scalars(
+                select(BudgetAlertRow).where(BudgetAlertRow.budget_id == budget_id)
+            ).all()
+        assert sorted(Decimal(a.threshold) for a in alerts) == [
+            Decimal("0.5"),
+            Decimal("0.8"),
+            Decimal("1.0"),
+        ]
+        for alert in alerts:
+            assert alert.spent >= Decimal(alert.threshold) * LIMIT - Decimal("0.0001"), alert
         # What remained could not cover one more request's largest cost on either gateway.
         assert LIMIT - counter.spent < Decimal("0.0001")
 
