@@ -216,9 +216,10 @@ class Admission:
             principal.tenant_id, principal.api_key_id, call.end_user, call.tags
         )
 
-    def charges(self, ctx: Context, at: datetime) -> tuple[tuple[spend.Charge, Budget], ...]:
-        """What the request would charge each budget that matches it, now."""
-        budgets = self._budgets(ctx)
+    def charges(
+        self, ctx: Context, budgets: tuple[Budget, ...], at: datetime
+    ) -> tuple[tuple[spend.Charge, Budget], ...]:
+        """What the request would charge each of the budgets that match it, now."""
         if not budgets:
             return ()
         amount = largest_cost(self.ledger, ctx, at)
@@ -235,10 +236,11 @@ class Admission:
         if not ctx.call.endpoint.billed:
             return FREE  # counting tokens costs nothing and generates nothing
         limits = self.rules.limits_for(principal.tenant_id, principal.api_key_id)
-        if not limits and not self._budgets(ctx):
+        budgets = self._budgets(ctx)
+        if not limits and not budgets:
             return FREE
         at = self.clock()
-        charged = self.charges(ctx, at)
+        charged = self.charges(ctx, budgets, at)
         window = _minute(at)
         leased: tuple[spend.Charge, ...] = ()
         if self.leases is not None:
