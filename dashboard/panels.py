@@ -356,7 +356,7 @@ def trends(data: Overview, view: View) -> None:
         ),
         title=f"Spend and cache value per {view.bucket}{_in(cur)}",
         y_title=cur or "",
-        y_format=",.6f",
+        y_format=",.6~f",  # ticks without trailing zeros: 0.14, not 0.140000
         column=left,
     )
     left.caption(
@@ -374,7 +374,7 @@ def trends(data: Overview, view: View) -> None:
         ),
         title=f"Cost per completed interaction{_in(cur)}",
         y_title=cur or "",
-        y_format=",.6f",
+        y_format=",.6~f",  # ticks without trailing zeros: 0.14, not 0.140000
         column=right,
     )
     right.caption(f"What one completed interaction cost, {view.bucket} by {view.bucket}.")
