@@ -170,6 +170,7 @@ def create_app(settings: Settings) -> FastAPI:
             sync_interval_s=settings.journal_sync_interval_ms / 1000,
             batch_size=settings.recorder_batch_size,
             flush_interval_s=settings.recorder_flush_interval_s,
+            writer_nice=settings.recorder_nice,
             refuse_when_unrecordable=settings.refuse_when_unrecordable,
             database_url=settings.database_url,
             process=settings.recorder_process,
@@ -323,6 +324,8 @@ def create_app(settings: Settings) -> FastAPI:
         # a full collection no longer walks it (140,000 objects, about 55 ms each time,
         # in the middle of requests: the c=32 p99 went from 61-77 ms to 30-33 ms).
         gc.freeze()
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(settings.gc_threshold, older, oldest)
         log.info(
             "kvgate ready: %d model(s), %d active key(s), %d price(s) (from the %s)",
             len(state.deployments),

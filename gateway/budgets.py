@@ -14,7 +14,7 @@ Pure: no database, no clock (every moment is passed in).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -263,6 +263,12 @@ class Rules:
 
     budgets: tuple[Budget, ...] = ()
     limits: tuple[RateLimit, ...] = ()
+    # The tenants with any budget or limit: every other tenant's request is free at once.
+    governed: frozenset[str] = field(init=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        tenants = {b.tenant_id for b in self.budgets} | {r.tenant_id for r in self.limits}
+        object.__setattr__(self, "governed", frozenset(tenants))
 
     def budgets_for(
         self,

@@ -278,6 +278,14 @@ class Settings(BaseSettings):
     # core and GIL (false: a thread of the gateway process).
     recorder_process: bool = True
     recorder_flush_interval_s: float = Field(default=0.2, gt=0)
+    # The writer process's niceness: its batches yield the core to the serving loop at
+    # once, so a request arriving mid-batch does not wait for it (the c=1 tail), while it
+    # still gets its share of a saturated core (0: as the gateway). benchmarks/README.md.
+    recorder_nice: int = Field(default=5, ge=0, le=19)
+    # The collector's youngest-generation threshold, set once the app is built: at
+    # Python's 700, concurrent requests' own objects (alive for the request, then freed)
+    # trigger a collection every dozen requests at c=32. benchmarks/README.md.
+    gc_threshold: int = Field(default=10_000, ge=100)
     # When the journal cannot be written: refuse requests (503) rather than serve unrecorded.
     refuse_when_unrecordable: bool = True
     key_refresh_s: float = Field(default=5.0, gt=0)

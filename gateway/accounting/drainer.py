@@ -297,9 +297,13 @@ def drain_in_process(
     stopping: Any,
     otlp_endpoint: str | None = None,
     otlp_export_interval_ms: float = 1000.0,
+    nice: int = 0,
 ) -> None:
     """The child process's main: drain until the gateway asks it to stop, or dies."""
     from gateway.db.session import make_engine
+
+    if nice:
+        os.nice(nice)  # below the serving loop: a batch gives the core up to a request
 
     if sys.platform == "linux":  # be told when the gateway dies, even by SIGKILL
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

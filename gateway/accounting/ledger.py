@@ -3,7 +3,8 @@
 Every request path prices its attempts here, so every record is priced the same way: the
 entry for the model with the latest ``effective_from`` not after the attempt's start, per
 token class (and service tier, where one was reported). Kept records are journaled first,
-then shown to the observers (the metrics).
+then shown to the observers (the metrics) once the answer has gone: they run on the
+event loop's next turn, after the response is written, not on the request's latency.
 
 An attempt is priced when its record is made, at its end, with the book held then. The
 directory (gateway/directory/) replaces the book whole as soon as a price is added, and
@@ -77,10 +78,19 @@ class Ledger:
         )
 
     async def keep(self, record: Record) -> None:
-        """Durable in the journal, then observed."""
+        """Durable in the journal; observed on the loop's next turn (the answer, written
+        in this turn, does not wait for the metrics)."""
         await self.recorder.record(record)
+        if self.observers:
+            asyncio.get_running_loop().call_soon(self._observe, record)
+
+    def _observe(self, record: Record) -> None:
+        """Show a kept record to every observer; one that fails is logged, not raised."""
         for observe in self.observers:
-            observe(record)
+            try:
+                observe(record)
+            except Exception:
+                log.exception("observer %r failed on record %s", observe, record.request_id)
 
     def keep_later(self, record: Record) -> None:
         """Keep from a cancelled task, where awaiting is no longer possible."""

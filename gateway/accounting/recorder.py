@@ -74,6 +74,7 @@ class Recorder:
         process: bool = False,
         otlp_endpoint: str | None = None,
         otlp_export_interval_ms: float = 1000.0,
+        writer_nice: int = 0,
     ) -> None:
         if process and database_url is None:
             raise ValueError("a recorder process needs the database URL")
@@ -86,6 +87,7 @@ class Recorder:
         self.process = process
         self.otlp_endpoint = otlp_endpoint  # OpenTelemetry spans, made by the writer
         self.otlp_export_interval_ms = otlp_export_interval_ms
+        self.writer_nice = writer_nice  # the child process's niceness (a thread has none)
         self.journal_healthy = True
         self._journaled = 0
         self._journal_errors = 0
@@ -173,6 +175,7 @@ class Recorder:
                     self._stopping,
                     self.otlp_endpoint,
                     self.otlp_export_interval_ms,
+                    self.writer_nice,
                 ),
             )
         else:

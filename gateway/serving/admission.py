@@ -235,6 +235,8 @@ class Admission:
         principal = ctx.principal
         if not ctx.call.endpoint.billed:
             return FREE  # counting tokens costs nothing and generates nothing
+        if principal.tenant_id not in self.rules.governed:
+            return FREE  # no budget or limit names this tenant
         limits = self.rules.limits_for(principal.tenant_id, principal.api_key_id)
         budgets = self._budgets(ctx)
         if not limits and not budgets:
