@@ -11,7 +11,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import charts, formatting
-from dashboard.changes import Before, Change
+from dashboard.changes import Before, Better, Change
 from dashboard.charts import Point
 from dashboard.data import Attribution, Overview
 from dashboard.view import View
@@ -126,6 +126,35 @@ def ceiling_note(totals: Figures) -> str | None:
     return f"{totals.ceiling_kind} ceiling" if routed and totals.ceiling_kind != EXACT else None
 
 
+def _ceiling_tile(
+    column: DeltaGenerator,
+    label: str,
+    rate: Callable[[Figures], Decimal | None],
+    data: Overview,
+    before: Before,
+    *,
+    better: Better,
+    help: str,
+) -> None:
+    """A tile of a rate over the requests that carry a ceiling: "no routing data yet" until
+    some do, and a note and a sentence more of help where the ceiling is approximate."""
+    totals = data.totals
+    routed = totals.ceiling_requests > 0
+    approximate = routed and totals.ceiling_kind != EXACT
+    _tile(
+        column,
+        label,
+        formatting.percent(rate(totals)) if routed else NO_ROUTING,
+        before.share(rate(totals), rate(data.previous), better=better),
+        before,
+        note=ceiling_note(totals),
+        chart=_series(data.trend, rate) if routed else None,
+        help=(help + (f" {approximate_ceiling(totals)}" if approximate else ""))
+        if routed
+        else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
+    )
+
+
 def metrics(data: Overview, view: View) -> None:
     """The headline figures, each with a sparkline of its trend and its change since the
     previous period (``View.previous``) of as many days."""
@@ -186,40 +215,27 @@ def metrics(data: Overview, view: View) -> None:
         help="Cached prompt tokens / prompt tokens.",
     )
     routed = totals.ceiling_requests > 0
-    approximate = routed and totals.ceiling_kind != EXACT
     row = st.columns(4)
-    _tile(
+    _ceiling_tile(
         row[0],
         "Hit-rate ceiling",
-        formatting.percent(totals.ceiling_rate) if routed else NO_ROUTING,
-        before.share(totals.ceiling_rate, prev.ceiling_rate, better="neither"),
+        lambda f: f.ceiling_rate,
+        data,
         before,
-        note=ceiling_note(totals),
-        chart=_series(trend, lambda f: f.ceiling_rate) if routed else None,
-        help=(
-            "The token hit rate an infinite, perfectly routed cache would have reached on "
-            f"the {formatting.count(totals.ceiling_requests)} requests that carry a ceiling: "
-            "the number routing efficiency is measured against."
-            + (f" {approximate_ceiling(totals)}" if approximate else "")
-        )
-        if routed
-        else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
+        better="neither",
+        help="The token hit rate an infinite, perfectly routed cache would have reached on "
+        f"the {formatting.count(totals.ceiling_requests)} requests that carry a ceiling: "
+        "the number routing efficiency is measured against.",
     )
-    _tile(
+    _ceiling_tile(
         row[1],
         "Routing efficiency",
-        formatting.percent(totals.routing_efficiency) if routed else NO_ROUTING,
-        before.share(totals.routing_efficiency, prev.routing_efficiency, better="higher"),
+        lambda f: f.routing_efficiency,
+        data,
         before,
-        note=ceiling_note(totals),
-        chart=_series(trend, lambda f: f.routing_efficiency) if routed else None,
-        help=(
-            "Achieved / ceiling cached tokens; ceiling hit rate "
-            f"{formatting.percent(totals.ceiling_rate)}."
-            + (f" {approximate_ceiling(totals)}" if approximate else "")
-        )
-        if routed
-        else "Requests carry a hit-rate ceiling once KV-aware routing records it.",
+        better="higher",
+        help="Achieved / ceiling cached tokens; ceiling hit rate "
+        f"{formatting.percent(totals.ceiling_rate)}.",
     )
     _tile(
         row[2],

@@ -46,13 +46,15 @@ prices_app.command("correct")(prices_correct)
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
 ]
+HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
+PortOption = Annotated[int, typer.Option(help="Port to listen on.")]
 
 
 @app.command()
 def serve(
     config: ConfigOption = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -118,8 +120,8 @@ def demo(
 
 @app.command()
 def sim(
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8101,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: PortOption = 8101,
+    host: HostOption = "127.0.0.1",
     model: Annotated[str, typer.Option(help="Model name served.")] = "kvgate/demo-llama-8b",
     block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
     capacity_blocks: Annotated[int, typer.Option(help="KV cache size in blocks.")] = 2048,
@@ -201,8 +203,8 @@ def sim(
 
 @app.command()
 def dashboard(
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8501,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: PortOption = 8501,
+    host: HostOption = "127.0.0.1",
 ) -> None:
     """Run the Streamlit dashboard on the database named by KVGATE_DATABASE_URL.
 

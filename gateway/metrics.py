@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import (
     CollectorRegistry,
@@ -18,6 +18,8 @@ from prometheus_client import (
 
 from gateway.accounting.records import Record
 
+# How a gauge's workers' values are combined (prometheus_client's multiprocess modes).
+GaugeMode = Literal["liveall", "livemin", "livemax", "livesum", "mostrecent"]
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -31,69 +33,65 @@ class Metrics:
         self._series: dict[tuple[str, str, str], _Series] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
+
+        def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+            return Counter(name, doc, labels, registry=r)
+
+        def gauge(name: str, doc: str, mode: GaugeMode, labels: Sequence[str] = ()) -> Gauge:
+            return Gauge(name, doc, labels, multiprocess_mode=mode, registry=r)
+
+        self.requests = counter(
             "kvgate_requests",
             "Requests (attempts) by outcome and endpoint",
             ["model", "upstream", "endpoint", "status"],
-            registry=r,
         )
-        self.tokens = Counter(
-            "kvgate_tokens", "Tokens by class", ["model", "token_class"], registry=r
-        )
-        self.ceiling = Counter(
+        self.tokens = counter("kvgate_tokens", "Tokens by class", ["model", "token_class"])
+        self.ceiling = counter(
             "kvgate_ceiling_cached_tokens",
             "Prompt tokens the ceiling says any router could have served from cache (requests"
             " whose router computed one: vLLM deployments)",
             ["model"],
-            registry=r,
         )
-        self.ceiling_prompt = Counter(
+        self.ceiling_prompt = counter(
             "kvgate_ceiling_prompt_tokens",
             "Prompt tokens of the requests counted in kvgate_ceiling_cached_tokens",
             ["model"],
-            registry=r,
         )
-        self.ceiling_read = Counter(
+        self.ceiling_read = counter(
             "kvgate_ceiling_cache_read_tokens",
             "Tokens read from cache by the requests counted in kvgate_ceiling_cached_tokens",
             ["model"],
-            registry=r,
         )
-        self.cost = Counter("kvgate_cost_usd", "Cost in USD", ["model"], registry=r)
-        self.saved = Counter(
-            "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model"], registry=r
+        self.cost = counter("kvgate_cost_usd", "Cost in USD", ["model"])
+        self.saved = counter(
+            "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model"]
         )
-        self.cache_premium = Counter(
+        self.cache_premium = counter(
             "kvgate_cache_write_premium_usd",
             "What cache writes cost above plain input, where they did, in USD",
             ["model"],
-            registry=r,
         )
-        self.unpriced = Counter(
+        self.unpriced = counter(
             "kvgate_unpriced_requests",
             "Requests for a model with no price in force",
             ["model"],
-            registry=r,
         )
-        self.client_disconnects = Counter(
+        self.client_disconnects = counter(
             "kvgate_client_disconnects",
             "Clients gone before their request was read: hung up, or cut at the body deadline"
             " (KVGATE_BODY_TIMEOUT_S), by phase",
             ["phase"],
-            registry=r,
         )
         self.client_disconnects.labels("body")  # shown from the start, at 0
-        self.spend_refusals = Counter(
+        self.spend_refusals = counter(
             "kvgate_spend_refusals",
             "Requests refused at admission: budget (402) or rate_limit (429)",
             ["reason"],
-            registry=r,
         )
-        self.budget_alerts = Counter(
+        self.budget_alerts = counter(
             "kvgate_budget_alerts",
             "Budget threshold alerts by how their webhook delivery ended",
             ["status"],
-            registry=r,
         )
         self.ttft = Histogram(
             "kvgate_ttft_seconds",
@@ -109,95 +107,82 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.recorder_backlog = Gauge(
+        self.recorder_backlog = gauge(
             "kvgate_recorder_backlog",
             "Records journaled but not yet in the database",
-            multiprocess_mode="livesum",
-            registry=r,
+            "livesum",
         )
-        self.journal_bytes = Gauge(
+        self.journal_bytes = gauge(
             "kvgate_journal_bytes",
             "Size of the local record journal",
-            multiprocess_mode="livemax",
-            registry=r,
+            "livemax",
         )
-        self.journal_sync_lag = Gauge(
+        self.journal_sync_lag = gauge(
             "kvgate_journal_sync_lag_seconds",
             "Longest time a written record waited for its flush to disk, since the last scrape"
             " (what a machine crash could lose; journal_sync=background)",
-            multiprocess_mode="livemax",
-            registry=r,
+            "livemax",
         )
-        self.records_rejected = Gauge(
+        self.records_rejected = gauge(
             "kvgate_records_rejected",
             "Records the database refused for their data, set aside in <journal>/rejected/",
-            multiprocess_mode="livesum",
-            registry=r,
+            "livesum",
         )
-        self.spans_dropped = Gauge(
+        self.spans_dropped = gauge(
             "kvgate_spans_dropped",
             "OpenTelemetry spans not exported: the writer's span queue was full, or the"
             " collector did not take them",
-            multiprocess_mode="livesum",
-            registry=r,
+            "livesum",
         )
-        self.database_up = Gauge(
+        self.database_up = gauge(
             "kvgate_database_up",
             "1 when the recorder last reached the database",
-            multiprocess_mode="livemin",
-            registry=r,
+            "livemin",
         )
-        self.replica_up = Gauge(
+        self.replica_up = gauge(
             "kvgate_replica_up",
             "1 when a replica is taken for routing",
+            "livemin",
             ["model", "replica"],
-            multiprocess_mode="livemin",
-            registry=r,
         )
-        self.replica_kv_events_fresh = Gauge(
+        self.replica_kv_events_fresh = gauge(
             "kvgate_replica_kv_events_fresh",
             "1 while a replica's KV event stream is in sync (exact routing), 0 when stale",
+            "livemin",
             ["model", "replica"],
-            multiprocess_mode="livemin",
-            registry=r,
         )
-        self.replica_kv_events_applied = Gauge(
+        self.replica_kv_events_applied = gauge(
             "kvgate_replica_kv_events_applied",
             "Sequence number after the last KV event batch applied from a replica",
+            "livemax",
             ["model", "replica"],
-            multiprocess_mode="livemax",
-            registry=r,
         )
-        self.peer_messages = Gauge(
+        self.peer_messages = gauge(
             "kvgate_peer_messages",
             "Routing changes sent to, received from and dropped for the gateway's other"
             " workers (kvgate serve --workers), since start; per worker (pid label)",
+            "liveall",
             ["direction"],
-            multiprocess_mode="liveall",
-            registry=r,
         )
-        self.replica_in_flight = Gauge(
+        self.replica_in_flight = gauge(
             "kvgate_replica_in_flight",
             "Requests in flight per replica",
+            "livesum",
             ["model", "replica"],
-            multiprocess_mode="livesum",
-            registry=r,
         )
         # Reconciliation against the engine (gateway/serving/reconciler.py).
-        self.replica_drift = Gauge(
+        self.replica_drift = gauge(
             "kvgate_replica_drift_ratio",
             "(recorded - counted) / counted tokens of a replica over the last window checked:"
             " kvgate's records against the replica's own counters (tokens: prompt, cached)",
+            "mostrecent",
             ["replica", "tokens"],
-            multiprocess_mode="mostrecent",
-            registry=r,
         )
-        self.replica_drift_windows = Counter(
+        self.replica_drift_windows = counter(
             "kvgate_replica_drift_windows",
             "Windows in which a replica's own counters and kvgate's records of it were more"
             " than 1 % apart (tokens: prompt, cached)",
             ["replica", "tokens"],
-            registry=r,
         )
 
     def observe(self, record: Record) -> None:

@@ -99,6 +99,15 @@ class Price:
             cache_write_1h=self.cache_write_1h,
         )
 
+    def charges_like(self, other: Price) -> bool:
+        """Whether two entries charge alike: base rates, long-context rates, tiers and currency."""
+        return (self.base, self.long_context, self.tiers, self.currency) == (
+            other.base,
+            other.long_context,
+            other.tiers,
+            other.currency,
+        )
+
     def rate_class(self, prompt_tokens: int, tier: str | None = None) -> str:
         """Which of the entry's rate sets prices a request: its service tier's (when listed),
         else ``long_context`` (prompt past the threshold), else ``standard``.

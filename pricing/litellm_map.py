@@ -142,16 +142,6 @@ def prices_from_map(
     return prices
 
 
-def same_rates(a: Price, b: Price) -> bool:
-    """Whether two entries charge alike: base rates, long-context rates, tiers and currency."""
-    return (a.base, a.long_context, a.tiers, a.currency) == (
-        b.base,
-        b.long_context,
-        b.tiers,
-        b.currency,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ImportPlan:
     """What an import adds; what it leaves alone because the book already says the same."""
@@ -169,7 +159,7 @@ def plan_import(book: PriceBook, prices: Iterable[Price]) -> ImportPlan:
     plan = ImportPlan()
     for price in prices:
         current = book.price_for(price.model, at=price.effective_from)
-        if current is not None and same_rates(current, price):
+        if current is not None and current.charges_like(price):
             plan.unchanged.append(price.id)
         elif current is not None and current.effective_from == price.effective_from:
             plan.conflicts.append(price.id)

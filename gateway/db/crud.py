@@ -203,16 +203,6 @@ def _variants_json(price: Price) -> str | None:
     return None if variants is None else orjson.dumps(variants).decode()
 
 
-def _same_rates(row: PriceRow, price: Price) -> bool:
-    stored = price_from_row(row)
-    return (stored.base, stored.long_context, stored.tiers, stored.currency) == (
-        price.base,
-        price.long_context,
-        price.tiers,
-        price.currency,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class PriceSync:
     added: list[str]
@@ -229,7 +219,7 @@ def add_prices(session: Session, *, prices: Iterable[Price]) -> PriceSync:
     for price in prices:
         row = session.get(PriceRow, price.id)
         if row is not None:
-            if not _same_rates(row, price):
+            if not price_from_row(row).charges_like(price):
                 raise InvalidRequest(
                     f"price {price.id} already exists with other rates; "
                     "add a new entry with a later effective_from instead"

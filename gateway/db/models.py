@@ -386,16 +386,23 @@ class ReplicaSampleRow(Base):
 # -- spend control (added by 0012): budgets, rate limits, and their shared counters -------
 
 
-class BudgetRow(Base):
+class ScopedRow:
+    """The columns of a limit set on a scope (gateway/budgets.py Scope): a tenant, or one of
+    its keys; ``tenant_id`` is the scope's tenant either way."""
+
+    # Mixin columns would follow the class's own: -1 keeps them first, as the tables were made.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-1)
+    scope_kind: Mapped[str] = mapped_column(String(16), sort_order=-1)
+    scope_value: Mapped[str] = mapped_column(String(300), sort_order=-1)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True, sort_order=-1)
+    key_id: Mapped[str | None] = mapped_column(String(64), default=None, sort_order=-1)
+
+
+class BudgetRow(ScopedRow, Base):
     """A limit on what one scope may spend per period (gateway/budgets.py Budget)."""
 
     __tablename__ = "budgets"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    scope_kind: Mapped[str] = mapped_column(String(16))
-    scope_value: Mapped[str] = mapped_column(String(300))
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
-    key_id: Mapped[str | None] = mapped_column(String(64), default=None)
     limit: Mapped[Decimal] = mapped_column(Money())
     period: Mapped[str] = mapped_column(String(8))
     timezone: Mapped[str] = mapped_column(String(64), default="UTC")
@@ -450,16 +457,11 @@ class BudgetAlertRow(Base):
     last_error: Mapped[str | None] = mapped_column(Text, default=None)
 
 
-class RateLimitRow(Base):
+class RateLimitRow(ScopedRow, Base):
     """Requests and tokens per minute on a tenant or key (NULL: no cap on that one)."""
 
     __tablename__ = "rate_limits"
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    scope_kind: Mapped[str] = mapped_column(String(16))
-    scope_value: Mapped[str] = mapped_column(String(300))
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
-    key_id: Mapped[str | None] = mapped_column(String(64), default=None)
     requests_per_minute: Mapped[int | None] = mapped_column(Integer, default=None)
     tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

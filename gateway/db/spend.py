@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import and_, delete, literal, select, update
+from sqlalchemy import ColumnElement, and_, delete, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from gateway.budgets import (
     FOREVER,
@@ -47,6 +47,7 @@ from gateway.errors import InvalidRequest, NotFound
 
 BUDGETS = "budgets"
 LIMITS = "limits"
+_Scoped = TypeVar("_Scoped", BudgetRow, RateLimitRow)
 
 
 def _now() -> datetime:
@@ -65,6 +66,53 @@ def _owner(session: Session, scope: Scope) -> tuple[str, str | None]:
     if tenant is None:
         raise NotFound(f"no tenant named {name!r}")
     return tenant.id, None
+
+
+def _row_of_scope(
+    session: Session,
+    row_type: type[_Scoped],
+    scope: Scope,
+    *where: ColumnElement[bool],
+    prefix: str,
+    **values: Any,
+) -> _Scoped:
+    """The row set on ``scope`` (and matching ``where``), or a new one holding ``values``
+    under a new id (``prefix`` + random hex); 404 if the scope's tenant or key is none."""
+    tenant_id, key_id = _owner(session, scope)
+    row = session.scalar(
+        select(row_type).where(
+            row_type.scope_kind == str(scope.kind), row_type.scope_value == scope.value, *where
+        )
+    )
+    if row is None:
+        row = row_type(
+            id=prefix + secrets.token_hex(8),
+            scope_kind=str(scope.kind),
+            scope_value=scope.value,
+            tenant_id=tenant_id,
+            key_id=key_id,
+            created_at=_now(),
+            **values,
+        )
+        session.add(row)
+    return row
+
+
+def _delete(
+    session: Session, row: _Scoped, topic: str, *references: InstrumentedAttribute[str]
+) -> None:
+    """Delete ``row`` and the rows whose ``references`` column names it; tell every gateway."""
+    for column in references:
+        session.execute(delete(column.class_).where(column == row.id))
+    session.delete(row)
+    changes.bump(session, topic)
+
+
+def _get(session: Session, row_type: type[_Scoped], row_id: str, what: str) -> _Scoped:
+    row = session.get(row_type, row_id)
+    if row is None:
+        raise NotFound(f"no {what} with id {row_id!r}")
+    return row
 
 
 def _insert(session: Session, table: Any) -> Any:
@@ -105,25 +153,14 @@ def set_budget(
     webhook = parse_webhook(webhook)
     if len(alert_at) > 20:
         raise InvalidRequest("at most 20 alert thresholds", param="alert_at")
-    tenant_id, key_id = _owner(session, scope)
-    row = session.scalar(
-        select(BudgetRow).where(
-            BudgetRow.scope_kind == str(scope.kind),
-            BudgetRow.scope_value == scope.value,
-            BudgetRow.period == str(period),
-        )
+    row = _row_of_scope(
+        session,
+        BudgetRow,
+        scope,
+        BudgetRow.period == str(period),
+        prefix="bud_",
+        period=str(period),
     )
-    if row is None:
-        row = BudgetRow(
-            id="bud_" + secrets.token_hex(8),
-            scope_kind=str(scope.kind),
-            scope_value=scope.value,
-            tenant_id=tenant_id,
-            key_id=key_id,
-            period=str(period),
-            created_at=_now(),
-        )
-        session.add(row)
     row.limit, row.timezone, row.webhook = limit, timezone, webhook
     row.alert_at = ",".join(str(t) for t in alert_at)
     session.flush()
@@ -141,14 +178,9 @@ def list_budgets(session: Session, *, tenant_id: str | None = None) -> list[Budg
 
 def delete_budget(session: Session, *, budget_id: str) -> Budget:
     """Remove a budget and its counters; 404 if there is none."""
-    row = session.get(BudgetRow, budget_id)
-    if row is None:
-        raise NotFound(f"no budget with id {budget_id!r}")
+    row = _get(session, BudgetRow, budget_id, "budget")
     budget = budget_of(row)
-    session.execute(delete(BudgetCounterRow).where(BudgetCounterRow.budget_id == budget_id))
-    session.execute(delete(BudgetHoldRow).where(BudgetHoldRow.budget_id == budget_id))
-    session.delete(row)
-    changes.bump(session, BUDGETS)
+    _delete(session, row, BUDGETS, BudgetCounterRow.budget_id, BudgetHoldRow.budget_id)
     return budget
 
 
@@ -398,22 +430,7 @@ def set_limit(
     for value, most in ((requests_per_minute, 10**9), (tokens_per_minute, 10**15)):
         if value is not None and not 0 <= value <= most:
             raise InvalidRequest(f"rate limits are from 0 to {most}")
-    tenant_id, key_id = _owner(session, scope)
-    row = session.scalar(
-        select(RateLimitRow).where(
-            RateLimitRow.scope_kind == str(scope.kind), RateLimitRow.scope_value == scope.value
-        )
-    )
-    if row is None:
-        row = RateLimitRow(
-            id="rl_" + secrets.token_hex(8),
-            scope_kind=str(scope.kind),
-            scope_value=scope.value,
-            tenant_id=tenant_id,
-            key_id=key_id,
-            created_at=_now(),
-        )
-        session.add(row)
+    row = _row_of_scope(session, RateLimitRow, scope, prefix="rl_")
     row.requests_per_minute, row.tokens_per_minute = requests_per_minute, tokens_per_minute
     session.flush()
     changes.bump(session, LIMITS)
@@ -428,13 +445,9 @@ def list_limits(session: Session) -> list[RateLimit]:
 
 def delete_limit(session: Session, *, limit_id: str) -> RateLimit:
     """Delete the rate limit and its windows, telling every gateway; the limit as it was."""
-    row = session.get(RateLimitRow, limit_id)
-    if row is None:
-        raise NotFound(f"no rate limit with id {limit_id!r}")
+    row = _get(session, RateLimitRow, limit_id, "rate limit")
     limit = limit_of(row)
-    session.execute(delete(RateWindowRow).where(RateWindowRow.limit_id == limit_id))
-    session.delete(row)
-    changes.bump(session, LIMITS)
+    _delete(session, row, LIMITS, RateWindowRow.limit_id)
     return limit
 
 

@@ -8,10 +8,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import pytest
+from sqlalchemy import select
+
 from gateway.budgets import DEFAULT_ALERTS, Period, parse_scope
 from gateway.db import spend
 from gateway.db.migrate import upgrade
+from gateway.db.models import BudgetCounterRow, BudgetHoldRow, RateWindowRow
 from gateway.db.session import make_engine, session_factory, transaction
+from gateway.errors import NotFound
 from tests.factories import tenants
 
 
@@ -187,3 +192,44 @@ def test_leases_never_hold_more_than_the_limit_and_flush_exactly(empty_database_
         Decimal("0.4"),
         Decimal("0.6"),
     )
+
+
+def test_setting_again_changes_the_same_row_and_deleting_takes_what_names_it(
+    empty_database_url: str,
+) -> None:
+    """A budget set twice on one scope and period is one row (its id kept); deleting it
+    takes its counters and holds, deleting a rate limit takes its windows, and an unknown
+    id is a 404 naming it."""
+    factory, budget = _budget(empty_database_url, "1.000000000")
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    assert _reserve_held(factory, _charge(budget, at, "0.250000000"))
+    scope = parse_scope("tenant:acme")
+    with transaction(factory) as session:
+        again = spend.set_budget(
+            session, scope=scope, limit=Decimal(2), period=Period.DAY, alert_at=()
+        )
+        limit = spend.set_limit(session, scope=scope, requests_per_minute=5, tokens_per_minute=None)
+        same = spend.set_limit(session, scope=scope, requests_per_minute=7, tokens_per_minute=9)
+        [window] = spend.count_request(session, [limit], at)
+    assert (again.id, again.limit, again.alert_at) == (budget.id, Decimal(2), ())
+    assert (same.id, same.requests_per_minute, same.tokens_per_minute) == (limit.id, 7, 9)
+    assert window.admitted
+    with transaction(factory) as session:
+        assert spend.delete_budget(session, budget_id=budget.id) == again
+        assert spend.delete_limit(session, limit_id=limit.id) == same
+    with transaction(factory) as session:
+        assert spend.list_budgets(session) == [] and spend.list_limits(session) == []
+        assert session.scalars(select(BudgetCounterRow)).all() == []
+        assert session.scalars(select(BudgetHoldRow)).all() == []
+        assert session.scalars(select(RateWindowRow)).all() == []
+    with transaction(factory) as session, pytest.raises(NotFound) as gone:
+        spend.delete_budget(session, budget_id=budget.id)
+    assert gone.value.message == f"no budget with id {budget.id!r}"
+    with transaction(factory) as session, pytest.raises(NotFound) as gone:
+        spend.delete_limit(session, limit_id=limit.id)
+    assert gone.value.message == f"no rate limit with id {limit.id!r}"
+
+
+def _reserve_held(factory, charge: spend.Charge) -> bool:  # type: ignore[no-untyped-def]
+    with factory() as session, session.begin():
+        return spend.reserve(session, [charge], holder="req_1") is None

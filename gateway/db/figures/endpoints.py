@@ -9,14 +9,17 @@ kvgate kept it (migration 0013), which were all chat or completions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gateway.db import sums
 from gateway.db.figures.attribution import in_scope
 from gateway.db.figures.spend import Scope
 from gateway.db.models import PriceRow, RequestRow
+from gateway.db.sums import Sums
+
+REQUESTS = RequestRow.__table__
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,47 +28,19 @@ class EndpointFigures:
 
     endpoint: str | None
     currency: str | None
-    requests: int
-    uncached_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
-    cost_total: Decimal
-
-    @property
-    def prompt_tokens(self) -> int:
-        """All prompt tokens: uncached, read from cache and written to it."""
-        return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
+    sums: Sums
 
 
 def by_endpoint(session: Session, scope: Scope) -> list[EndpointFigures]:
     """The scope's attempts per endpoint and currency, most spent first."""
     query = (
-        select(
-            RequestRow.endpoint,
-            PriceRow.currency,
-            func.count(),
-            func.sum(RequestRow.uncached_tokens),
-            func.sum(RequestRow.cache_read_tokens),
-            func.sum(RequestRow.cache_write_tokens),
-            func.sum(RequestRow.output_tokens),
-            func.sum(RequestRow.cost_total),
-        )
-        .outerjoin(PriceRow, PriceRow.id == RequestRow.price_id)
+        select(REQUESTS.c.endpoint, PriceRow.currency, *sums.columns(REQUESTS))
+        .outerjoin(PriceRow, PriceRow.id == REQUESTS.c.price_id)
         .where(*in_scope(scope))
-        .group_by(RequestRow.endpoint, PriceRow.currency)
+        .group_by(REQUESTS.c.endpoint, PriceRow.currency)
     )
     found = [
-        EndpointFigures(
-            endpoint,
-            currency,
-            int(n),
-            int(uncached or 0),
-            int(read or 0),
-            int(write or 0),
-            int(output or 0),
-            Decimal(cost or 0),
-        )
-        for endpoint, currency, n, uncached, read, write, output, cost in session.execute(query)
+        EndpointFigures(row["endpoint"], row["currency"], sums.from_row(row))
+        for row in session.execute(query).mappings()
     ]
-    return sorted(found, key=lambda f: (-f.cost_total, -f.requests, f.endpoint or ""))
+    return sorted(found, key=lambda f: (-f.sums.cost_total, -f.sums.requests, f.endpoint or ""))

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gateway.db.figures.spend import Scope, bucketer, ceiling_kind, ratio
+from gateway.db.figures.spend import CEILINGS, Ceilings, Scope, bucketer, ratio
 from gateway.db.models import ReplicaHourRow
 
 REPLICAS = ReplicaHourRow.__table__
@@ -30,16 +30,12 @@ SUMMED = (
     "predicted_requests",
     "predicted_cached_tokens",
     "predicted_cache_read_tokens",
-    "ceiling_requests",
-    "ceiling_prompt_tokens",
-    "ceiling_cache_read_tokens",
-    "ceiling_cached_tokens",
-    "exact_ceiling_requests",
+    *CEILINGS,
 )
 
 
 @dataclass(frozen=True, slots=True)
-class ReplicaFigures:
+class ReplicaFigures(Ceilings):
     """Load and cache figures of one replica (or of a time bucket across replicas)."""
 
     requests: int = 0
@@ -51,36 +47,11 @@ class ReplicaFigures:
     predicted_cached_tokens: int = 0
     # Reported cached tokens of the requests that carry a prediction (like for like).
     predicted_cache_read_tokens: int = 0
-    ceiling_requests: int = 0
-    ceiling_prompt_tokens: int = 0
-    ceiling_cache_read_tokens: int = 0
-    ceiling_cached_tokens: int = 0
-    exact_ceiling_requests: int = 0
 
     @property
     def hit_rate(self) -> Decimal | None:
         """Cache-read tokens over prompt tokens; None without prompt tokens."""
         return ratio(self.cache_read_tokens, self.prompt_tokens)
-
-    @property
-    def achieved_rate(self) -> Decimal | None:
-        """Hit rate over the requests that carry a ceiling."""
-        return ratio(self.ceiling_cache_read_tokens, self.ceiling_prompt_tokens)
-
-    @property
-    def ceiling_rate(self) -> Decimal | None:
-        """The best hit rate a router could have got, over the requests that carry a ceiling."""
-        return ratio(self.ceiling_cached_tokens, self.ceiling_prompt_tokens)
-
-    @property
-    def routing_efficiency(self) -> Decimal | None:
-        """Achieved / ceiling cached tokens over the same requests (at most 1)."""
-        return ratio(self.ceiling_cache_read_tokens, self.ceiling_cached_tokens)
-
-    @property
-    def ceiling_kind(self) -> str | None:
-        """exact, approximate or partly approximate; None: no request carries a ceiling."""
-        return ceiling_kind(self.ceiling_requests, self.exact_ceiling_requests)
 
 
 def _figures(row: Any) -> ReplicaFigures:

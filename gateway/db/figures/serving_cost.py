@@ -32,14 +32,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gateway.db import sums
 from gateway.db.figures.budgets import started_hour
 from gateway.db.gpu_costs import GpuCost, gpu_costs
 from gateway.db.models import RequestRow
-from pricing.cost import NANO, ZERO
+from gateway.db.sums import Sums
+from pricing.cost import NANO
 
+REQUESTS = RequestRow.__table__
 HOUR = timedelta(hours=1)
 NANOS = 1_000_000_000
 
@@ -83,15 +86,6 @@ class ServingCost:
     idle: list[Idle]
 
 
-@dataclass(slots=True)
-class _Use:
-    requests: int = 0
-    uncached_tokens: int = 0
-    cache_read_tokens: int = 0
-    output_tokens: int = 0
-    charged: Decimal = ZERO
-
-
 def _half_even(numerator: int, denominator: int) -> int:
     quotient, remainder = divmod(numerator, denominator)
     if 2 * remainder > denominator or (2 * remainder == denominator and quotient % 2):
@@ -122,19 +116,15 @@ def _in_force(entries: list[GpuCost], hour: datetime) -> GpuCost:
 
 def _use(
     session: Session, deployments: list[str], lower: datetime, upper: datetime
-) -> dict[tuple[str, datetime], dict[str, _Use]]:
-    """(deployment, hour) → tenant → its attempts' tokens and charges, grouped in SQL."""
+) -> dict[tuple[str, datetime], dict[str, Sums]]:
+    """(deployment, hour) → tenant → its attempts' sums (charged: their cost), grouped in SQL."""
     hour = started_hour(session)
     query = (
         select(
             RequestRow.deployment,
             RequestRow.tenant_id,
             hour.label("hour"),
-            func.count().label("requests"),
-            func.sum(RequestRow.uncached_tokens),
-            func.sum(RequestRow.cache_read_tokens),
-            func.sum(RequestRow.output_tokens),
-            func.sum(RequestRow.cost_total),
+            *sums.columns(REQUESTS),
         )
         .where(
             RequestRow.deployment.in_(deployments),
@@ -143,14 +133,10 @@ def _use(
         )
         .group_by(RequestRow.deployment, RequestRow.tenant_id, hour)
     )
-    found: dict[tuple[str, datetime], dict[str, _Use]] = defaultdict(dict)
-    for deployment, tenant, text, requests, uncached, read, output, charged in session.execute(
-        query
-    ):
-        at = datetime.fromisoformat(str(text)).replace(tzinfo=UTC)
-        found[(deployment, at)][tenant] = _Use(
-            int(requests), int(uncached or 0), int(read or 0), int(output or 0), Decimal(charged)
-        )
+    found: dict[tuple[str, datetime], dict[str, Sums]] = defaultdict(dict)
+    for row in session.execute(query).mappings():
+        at = datetime.fromisoformat(str(row["hour"])).replace(tzinfo=UTC)
+        found[(row["deployment"], at)][row["tenant_id"]] = sums.from_row(row)
     return found
 
 
@@ -183,18 +169,18 @@ def serving_cost(
                 idle_hours, idle_nanos = idle_hours + 1, idle_nanos + total_nanos
             shares = _shares(total_nanos, works) if whole else dict.fromkeys(works, 0)
             for tenant, u in tenants.items():
-                sums = totals[(deployment, tenant)]
-                sums["hours"] += int(works[tenant] > 0)
-                sums["requests"] += u.requests
-                sums["uncached_tokens"] += u.uncached_tokens
-                sums["cache_read_tokens"] += u.cache_read_tokens
-                sums["output_tokens"] += u.output_tokens
-                sums["cost_to_serve"] += shares[tenant]
+                tally = totals[(deployment, tenant)]
+                tally["hours"] += int(works[tenant] > 0)
+                tally["requests"] += u.requests
+                tally["uncached_tokens"] += u.uncached_tokens
+                tally["cache_read_tokens"] += u.cache_read_tokens
+                tally["output_tokens"] += u.output_tokens
+                tally["cost_to_serve"] += shares[tenant]
                 if whole:
-                    sums["cache_saving"] += _half_even(
+                    tally["cache_saving"] += _half_even(
                         total_nanos * u.cache_read_tokens * NANOS, whole
                     )
-                charged[(deployment, tenant)] += u.charged
+                charged[(deployment, tenant)] += u.cost_total
             hour += HOUR
         if idle_hours:
             idle.append(Idle(deployment, idle_hours, _money(idle_nanos)))
@@ -202,16 +188,16 @@ def serving_cost(
         ServingLine(
             deployment=deployment,
             tenant_id=tenant,
-            hours=sums["hours"],
-            requests=sums["requests"],
-            uncached_tokens=sums["uncached_tokens"],
-            cache_read_tokens=sums["cache_read_tokens"],
-            output_tokens=sums["output_tokens"],
-            cost_to_serve=_money(sums["cost_to_serve"]),
+            hours=tally["hours"],
+            requests=tally["requests"],
+            uncached_tokens=tally["uncached_tokens"],
+            cache_read_tokens=tally["cache_read_tokens"],
+            output_tokens=tally["output_tokens"],
+            cost_to_serve=_money(tally["cost_to_serve"]),
             charged=charged[(deployment, tenant)].quantize(NANO),
-            cache_saving=_money(sums["cache_saving"]),
+            cache_saving=_money(tally["cache_saving"]),
         )
-        for (deployment, tenant), sums in sorted(totals.items())
+        for (deployment, tenant), tally in sorted(totals.items())
         if not tenant_ids or tenant in tenant_ids
     ]
     return ServingCost(lines, idle)

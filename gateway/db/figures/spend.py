@@ -88,43 +88,30 @@ def ceiling_kind(ceiling_requests: int, exact_ceiling_requests: int) -> str | No
     return APPROXIMATE if not exact_ceiling_requests else MIXED
 
 
+CEILINGS = (
+    "ceiling_requests",
+    "ceiling_prompt_tokens",
+    "ceiling_cache_read_tokens",
+    "ceiling_cached_tokens",
+    "exact_ceiling_requests",
+)
+
+
 @dataclass(frozen=True, slots=True)
-class Figures:
-    """Everything the overview shows for one scope (or one tenant, or one time bucket).
+class Ceilings:
+    """The requests that carry a hit-rate ceiling, and their tokens, so that efficiency
+    compares like with like: summed alike by the usage and the replica rollups."""
 
-    ``sums`` covers every attempt; ``unpriced`` the attempts no price entry covered (their
-    stored cost is 0, so money sums are of priced attempts); ``failed`` the attempts that
-    did not complete (failed, cancelled: retried or lost); ``refused`` the requests turned
-    away at admission by a budget or a rate limit (the client's own limits, no upstream
-    called, no cost): they are not failures.
-    """
-
-    sums: Sums = field(default_factory=Sums)
-    unpriced: Sums = field(default_factory=Sums)
-    failed: Sums = field(default_factory=Sums)
-    refused: Sums = field(default_factory=Sums)
-    completed_interactions: int = 0
-    # Completed interactions a priced attempt completed (``gateway.billing.Totals``).
-    priced_completed_interactions: int = 0
     ceiling_requests: int = 0
     ceiling_prompt_tokens: int = 0
     ceiling_cache_read_tokens: int = 0
     ceiling_cached_tokens: int = 0
     exact_ceiling_requests: int = 0
-    avoidable_miss_tokens: int = 0
-    # Avoidable miss tokens x (input - cache-read rate) of their price entry; exact.
-    avoidable_miss_cost: Decimal = ZERO
-    currency: str | None = None  # of the priced attempts; None when none was priced
 
     @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens of every class: uncached, cache read and cache write."""
-        return self.sums.prompt_tokens
-
-    @property
-    def hit_rate(self) -> Decimal | None:
-        """Token hit rate: cache_read / prompt tokens."""
-        return ratio(self.sums.cache_read_tokens, self.sums.prompt_tokens)
+    def achieved_rate(self) -> Decimal | None:
+        """Hit rate over the requests that carry a ceiling."""
+        return ratio(self.ceiling_cache_read_tokens, self.ceiling_prompt_tokens)
 
     @property
     def ceiling_rate(self) -> Decimal | None:
@@ -141,6 +128,40 @@ class Figures:
     def ceiling_kind(self) -> str | None:
         """exact, approximate or partly approximate (see ``ceiling_kind``); None: no ceiling."""
         return ceiling_kind(self.ceiling_requests, self.exact_ceiling_requests)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures(Ceilings):
+    """Everything the overview shows for one scope (or one tenant, or one time bucket).
+
+    ``sums`` covers every attempt; ``unpriced`` the attempts no price entry covered (their
+    stored cost is 0, so money sums are of priced attempts); ``failed`` the attempts that
+    did not complete (failed, cancelled: retried or lost); ``refused`` the requests turned
+    away at admission by a budget or a rate limit (the client's own limits, no upstream
+    called, no cost): they are not failures.
+    """
+
+    sums: Sums = field(default_factory=Sums)
+    unpriced: Sums = field(default_factory=Sums)
+    failed: Sums = field(default_factory=Sums)
+    refused: Sums = field(default_factory=Sums)
+    completed_interactions: int = 0
+    # Completed interactions a priced attempt completed (``gateway.billing.Totals``).
+    priced_completed_interactions: int = 0
+    avoidable_miss_tokens: int = 0
+    # Avoidable miss tokens x (input - cache-read rate) of their price entry; exact.
+    avoidable_miss_cost: Decimal = ZERO
+    currency: str | None = None  # of the priced attempts; None when none was priced
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of every class: uncached, cache read and cache write."""
+        return self.sums.prompt_tokens
+
+    @property
+    def hit_rate(self) -> Decimal | None:
+        """Token hit rate: cache_read / prompt tokens."""
+        return ratio(self.sums.cache_read_tokens, self.sums.prompt_tokens)
 
     @property
     def saved(self) -> Decimal:
@@ -189,11 +210,7 @@ class Figures:
 EXTRA = (
     "completed_cells",
     "priced_completed_cells",
-    "ceiling_requests",
-    "ceiling_prompt_tokens",
-    "ceiling_cache_read_tokens",
-    "ceiling_cached_tokens",
-    "exact_ceiling_requests",
+    *CEILINGS,
     "avoidable_miss_tokens",
 )
 
@@ -280,11 +297,7 @@ def _fold(
             priced_completed_interactions=(
                 values["priced_completed_cells"] - repeats[target].priced
             ),
-            ceiling_requests=values["ceiling_requests"],
-            ceiling_prompt_tokens=values["ceiling_prompt_tokens"],
-            ceiling_cache_read_tokens=values["ceiling_cache_read_tokens"],
-            ceiling_cached_tokens=values["ceiling_cached_tokens"],
-            exact_ceiling_requests=values["exact_ceiling_requests"],
+            **{name: values[name] for name in CEILINGS},
             avoidable_miss_tokens=values["avoidable_miss_tokens"],
             avoidable_miss_cost=values["avoidable_miss_cost"],
             currency="/".join(sorted(currencies[target])) or None,

@@ -391,20 +391,26 @@ def write_csv(path: Path, run: PolicyRun) -> None:
             )
 
 
+# A summary's fields the report's JSON holds as they are, under their own names, in order.
+_POLICY_FIELDS = (
+    "token_hit_rate",
+    "efficiency",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "queue_mean_s",
+    "queue_p99_s",
+    "max_mean_load",
+    "prefill_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "predicted_cached_tokens",
+)
+
+
 def _policy_json(s: PolicySummary) -> dict[str, Any]:
     return {
-        "token_hit_rate": s.token_hit_rate,
-        "efficiency": s.efficiency,
-        "ttft_p50_s": s.ttft_p50_s,
-        "ttft_p90_s": s.ttft_p90_s,
-        "ttft_p99_s": s.ttft_p99_s,
-        "queue_mean_s": s.queue_mean_s,
-        "queue_p99_s": s.queue_p99_s,
-        "max_mean_load": s.max_mean_load,
-        "prefill_tokens": s.prefill_tokens,
-        "prompt_tokens": s.prompt_tokens,
-        "cached_tokens": s.cached_tokens,
-        "predicted_cached_tokens": s.predicted_cached_tokens,
+        **{name: getattr(s, name) for name in _POLICY_FIELDS},
         "cached_tokens_by_tier": {
             "gpu": s.cached_by_tier[0],
             "host": s.cached_by_tier[1],
