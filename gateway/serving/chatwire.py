@@ -17,16 +17,15 @@ Anthropic, Gemini, Bedrock, Vertex and every other prefix stay on litellm, which
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gateway.accounting.records import Status
 from gateway.config import ProviderTarget, anthropic_family
-from gateway.errors import UpstreamError
 from gateway.serving.backend import Answer
-from gateway.serving.context import Outcome, now
+from gateway.serving.context import Outcome
 from gateway.serving.vllm import VllmStream
 from gateway.upstream import sse
 from gateway.upstream.providers import CHAT_PARAMETERS, mark_stable_prefix, service_tier
@@ -108,30 +107,24 @@ class ProviderChatStream(VllmStream):
         self.target = target
         self.service_tier: str | None = None
 
-    async def events(self) -> AsyncIterator[bytes]:
-        """The events of each read, together, with no provider usage left in them."""
-        state, splitter = self.state, sse.EventSplitter()
-        async for data in self.upstream.chunks():
-            passing: list[bytes] = []
-            for event in splitter.feed(data):
-                if self.first_token_at is None:
-                    self.first_token_at = now()
-                    self.service_tier = _tier(event)
-                before, counted = state.usage, state.content_events
-                held = sse.inspect(event, state)
-                if state.content_events > counted and _empty_delta(event):
-                    state.content_events = counted  # a finish chunk: no token, as litellm counts
-                if held is not None:
-                    self.usage_chunk = held
-                    self.service_tier = service_tier(held) or self.service_tier
-                elif state.usage is not before:
-                    passing.append(self._strip_usage(event))
-                elif not state.saw_done:
-                    passing.append(event)
-            if passing:
-                yield b"".join(passing)
-        if not state.saw_done:
-            raise UpstreamError("upstream stream ended before [DONE]")
+    def _first(self, event: bytes) -> None:
+        self.service_tier = _tier(event)
+
+    def _inspect(self, event: bytes) -> bytes | None:
+        """As a replica's, but a finish chunk counts no token, and usage riding on content
+        is taken off it."""
+        state = self.state
+        before, counted = state.usage, state.content_events
+        held = sse.inspect(event, state)
+        if state.content_events > counted and _empty_delta(event):
+            state.content_events = counted  # a finish chunk: no token, as litellm counts
+        if held is not None:
+            self.usage_chunk = held
+            self.service_tier = service_tier(held) or self.service_tier
+            return None
+        if state.usage is not before:
+            return self._strip_usage(event)
+        return None if state.saw_done else event
 
     def _strip_usage(self, event: bytes) -> bytes:
         """A content chunk that carried the usage, without it (kept as the usage chunk)."""

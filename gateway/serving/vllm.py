@@ -279,15 +279,25 @@ class VllmStream:
             for event in splitter.feed(data):
                 if self.first_token_at is None:
                     self.first_token_at = now()
-                held = sse.inspect(event, state)
-                if held is not None:
-                    self.usage_chunk = held
-                elif not state.saw_done:
-                    passing.append(event)
+                    self._first(event)
+                passed = self._inspect(event)
+                if passed is not None:
+                    passing.append(passed)
             if passing:
                 yield b"".join(passing)
         if not state.saw_done:
             raise UpstreamError("upstream stream ended before [DONE]")
+
+    def _first(self, event: bytes) -> None:
+        """The stream's first event came (a provider's stream reads its tier there)."""
+
+    def _inspect(self, event: bytes) -> bytes | None:
+        """What of one event goes to the client: nothing of the usage chunk or ``[DONE]``."""
+        held = sse.inspect(event, self.state)
+        if held is not None:
+            self.usage_chunk = held
+            return None
+        return None if self.state.saw_done else event
 
     def outcome(self, *, ended: bool, error: str | None) -> Outcome:
         """Reported usage when the usage chunk came; else an estimate, marked so."""
