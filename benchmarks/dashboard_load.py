@@ -3,7 +3,8 @@ in SQL, so 10,000,000 records load in minutes rather than hours.
 
     records ──record_row──▶ COPY requests (secondary indexes dropped, made again after)
     requests ──INSERT … SELECT … GROUP BY──▶ usage_hours, replica_hours, ttft_hours,
-                                              break_hours, interactions, interaction_cells
+                                              break_hours, deployment_hours,
+                                              interactions, interaction_cells
 
 Each statement computes what ``gateway/db/writer/rollups.py`` folds in record by record,
 and tests/test_dashboard_load.py checks that both give every rollup row for row the same.
@@ -26,6 +27,7 @@ from sqlalchemy.engine import make_url
 
 from gateway.accounting.records import Record
 from gateway.accounting.store import record_row
+from gateway.db.writer import deployments
 from gateway.db.writer.rollups import BUCKETS_PER_DOUBLING, HIGHEST_BUCKET, LOWEST_BUCKET
 
 HOUR = "date_trunc('hour', started_at, 'UTC')"
@@ -143,6 +145,8 @@ ROLLUPS = {
     "replica_hours": (REPLICA_HOURS,),
     "ttft_hours": (TTFT_HOURS,),
     "break_hours": (BREAK_HOURS,),
+    # The statement migration 0016 fills it with, from the writer's own module.
+    "deployment_hours": (deployments.backfill_sql("postgresql"),),
 }
 ROLLUP_TABLES = tuple(ROLLUPS)
 

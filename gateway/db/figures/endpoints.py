@@ -1,8 +1,8 @@
 """The scope's traffic by inference endpoint: chat, completions, Responses, Messages, embeddings.
 
-Read from the requests themselves (the hourly rollups have no endpoint): one grouped query
-over the scope's rows, per endpoint and the currency of the price entries that priced them
-(unpriced attempts apart, with no currency). ``endpoint`` is NULL on records made before
+Read from the hourly ``deployment_hours`` rollup (migration 0016): one grouped query over
+the scope's hours, per endpoint and the currency of the price entries that priced them
+(unpriced attempts apart, with no currency). The endpoint is None for records made before
 kvgate kept it (migration 0013), which were all chat or completions.
 """
 
@@ -14,9 +14,8 @@ from decimal import Decimal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gateway.db.figures.attribution import in_scope
 from gateway.db.figures.spend import Scope
-from gateway.db.models import PriceRow, RequestRow
+from gateway.db.models import DeploymentHourRow, PriceRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +39,25 @@ class EndpointFigures:
 
 def by_endpoint(session: Session, scope: Scope) -> list[EndpointFigures]:
     """The scope's attempts per endpoint and currency, most spent first."""
+    table = DeploymentHourRow.__table__
     query = (
         select(
-            RequestRow.endpoint,
+            table.c.endpoint,
             PriceRow.currency,
-            func.count(),
-            func.sum(RequestRow.uncached_tokens),
-            func.sum(RequestRow.cache_read_tokens),
-            func.sum(RequestRow.cache_write_tokens),
-            func.sum(RequestRow.output_tokens),
-            func.sum(RequestRow.cost_total),
+            func.sum(table.c.requests),
+            func.sum(table.c.uncached_tokens),
+            func.sum(table.c.cache_read_tokens),
+            func.sum(table.c.cache_write_tokens),
+            func.sum(table.c.output_tokens),
+            func.sum(table.c.cost_total),
         )
-        .outerjoin(PriceRow, PriceRow.id == RequestRow.price_id)
-        .where(*in_scope(scope))
-        .group_by(RequestRow.endpoint, PriceRow.currency)
+        .outerjoin(PriceRow, PriceRow.id == table.c.price_id)
+        .where(*scope.where(table))
+        .group_by(table.c.endpoint, PriceRow.currency)
     )
     found = [
         EndpointFigures(
-            endpoint,
+            endpoint or None,
             currency,
             int(n),
             int(uncached or 0),

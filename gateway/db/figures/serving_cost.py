@@ -29,15 +29,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gateway.db.figures.budgets import started_hour
 from gateway.db.gpu_costs import GpuCost, gpu_costs
-from gateway.db.models import RequestRow
+from gateway.db.models import DeploymentHourRow
 from pricing.cost import NANO, ZERO
 
 HOUR = timedelta(hours=1)
@@ -123,31 +122,29 @@ def _in_force(entries: list[GpuCost], hour: datetime) -> GpuCost:
 def _use(
     session: Session, deployments: list[str], lower: datetime, upper: datetime
 ) -> dict[tuple[str, datetime], dict[str, _Use]]:
-    """(deployment, hour) → tenant → its attempts' tokens and charges, grouped in SQL."""
-    hour = started_hour(session)
+    """(deployment, hour) → tenant → its attempts' tokens and charges, from the hourly
+    rollup (``deployment_hours``)."""
+    table = DeploymentHourRow.__table__
     query = (
         select(
-            RequestRow.deployment,
-            RequestRow.tenant_id,
-            hour.label("hour"),
-            func.count().label("requests"),
-            func.sum(RequestRow.uncached_tokens),
-            func.sum(RequestRow.cache_read_tokens),
-            func.sum(RequestRow.output_tokens),
-            func.sum(RequestRow.cost_total),
+            table.c.deployment,
+            table.c.tenant_id,
+            table.c.hour,
+            func.sum(table.c.requests),
+            func.sum(table.c.uncached_tokens),
+            func.sum(table.c.cache_read_tokens),
+            func.sum(table.c.output_tokens),
+            func.sum(table.c.cost_total),
         )
         .where(
-            RequestRow.deployment.in_(deployments),
-            RequestRow.started_at >= lower,
-            RequestRow.started_at < upper,
+            table.c.deployment.in_(deployments),
+            table.c.hour >= lower,
+            table.c.hour < upper,
         )
-        .group_by(RequestRow.deployment, RequestRow.tenant_id, hour)
+        .group_by(table.c.deployment, table.c.tenant_id, table.c.hour)
     )
     found: dict[tuple[str, datetime], dict[str, _Use]] = defaultdict(dict)
-    for deployment, tenant, text, requests, uncached, read, output, charged in session.execute(
-        query
-    ):
-        at = datetime.fromisoformat(str(text)).replace(tzinfo=UTC)
+    for deployment, tenant, at, requests, uncached, read, output, charged in session.execute(query):
         found[(deployment, at)][tenant] = _Use(
             int(requests), int(uncached or 0), int(read or 0), int(output or 0), Decimal(charged)
         )
