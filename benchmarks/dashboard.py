@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -38,11 +39,12 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from benchmarks import dashboard_load  # noqa: E402
-from dashboard import data  # noqa: E402
+from dashboard import context, data  # noqa: E402
 from dashboard.view import View  # noqa: E402
 from gateway.accounting.recorder import insert_records  # noqa: E402
 from gateway.accounting.records import Record, Status  # noqa: E402
 from gateway.db import crud  # noqa: E402
+from gateway.db.gpu_costs import GpuCost, add_gpu_cost  # noqa: E402
 from gateway.db.migrate import upgrade  # noqa: E402
 from gateway.db.session import make_engine, normalise_url, session_factory, transaction  # noqa: E402
 from gateway.usage import Usage  # noqa: E402
@@ -81,6 +83,11 @@ POOLS = {
 }
 MODEL_WEIGHTS = [0.55, 0.25, 0.19, 0.01]
 ROUTING_FROM = END - timedelta(days=10)
+# What the vLLM pools cost to run (the Models page's cost to serve, operators only).
+GPU_COSTS = [
+    GpuCost(model, END - timedelta(days=60), Decimal(per_hour), len(POOLS[model]), Decimal(4))
+    for model, per_hour in (("kvgate/llama-8b", "1.20"), ("kvgate/llama-70b", "4.80"))
+]
 
 
 def attempt(
@@ -166,6 +173,11 @@ def workload(total: int, seed: int = 7) -> Iterator[Record]:
                 return
 
 
+def add_gpu_costs(session: Any) -> None:
+    for cost in GPU_COSTS:
+        add_gpu_cost(session, cost=cost)
+
+
 def load(url: str, total: int, batch: int, method: str) -> None:
     admin_url = make_url(normalise_url(url)).set(database="postgres")
     name = make_url(url).database
@@ -178,6 +190,7 @@ def load(url: str, total: int, batch: int, method: str) -> None:
     engine = make_engine(url)
     with transaction(session_factory(engine)) as session:
         crud.add_prices(session, prices=PRICES)
+        add_gpu_costs(session)
     with engine.begin() as connection:
         for t in range(TENANTS):
             connection.execute(
@@ -225,7 +238,7 @@ def timed(run: Callable[[], Any], repeats: int) -> tuple[float, float]:
 
 
 def measure(url: str, repeats: int) -> None:
-    engine = make_engine(url)
+    engine = make_engine(url, work_mem=context.WORK_MEM)  # the dashboard's own engine
     sessions = session_factory(engine)
     with engine.connect() as connection:
         sizes = {
@@ -259,11 +272,15 @@ def measure(url: str, repeats: int) -> None:
     pages: dict[str, Callable[[Any, View], Any]] = {
         "Overview": data.overview,
         "Tenants (table)": data.tenants,
-        "Tenants (one tenant's figures)": lambda s, v: data.overview(s, v.for_tenant(tenant)),
+        "Tenants (one tenant's figures)": lambda s, v: (
+            data.overview(s, v.for_tenant(tenant)),
+            data.attribution_of(s, v.for_tenant(tenant)),
+        ),
         "  statement download (on click)": lambda s, v: data.statement(
             sessions, tenant_id=tenant, start=v.start, end=v.end, fmt="csv"
         ),
         "Models and prices": data.models,
+        "  cost to serve (operators)": lambda s, v: data.serving(s, v, now=END),
         "Routing": data.routing,
         "Requests (latest 100, filtered)": lambda s, v: data.requests(
             s, v, tenant_id=tenant, model="kvgate/llama-70b", status="failed"
