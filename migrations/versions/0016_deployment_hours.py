@@ -7,6 +7,9 @@
   (``gateway.db.writer.deployments.backfill``).
 - ``requests``: partial indexes on (tenant_id, started_at) of the requests that name an
   end user and of those that carry tags, the only rows cost attribution reads.
+- ``ix_interaction_cells_spans_hour`` covers what the repeats of spanning interactions
+  are counted from (hour, tenant, model, interaction, priced), so they are read from the
+  index alone.
 
 Revision ID: 0016_deployment_hours
 Revises: 0015_gpu_costs
@@ -52,12 +55,25 @@ def upgrade() -> None:
             postgresql_where=sa.text(where),
             sqlite_where=sa.text(where),
         )
+    _spans_index(["hour", "tenant_id", "model", "interaction_id", "priced"])
     from gateway.db.writer.deployments import backfill
 
     backfill(op.get_bind())
 
 
+def _spans_index(columns: list[str]) -> None:
+    op.drop_index("ix_interaction_cells_spans_hour", table_name="interaction_cells")
+    op.create_index(
+        "ix_interaction_cells_spans_hour",
+        "interaction_cells",
+        columns,
+        postgresql_where=sa.text("spans"),
+        sqlite_where=sa.text("spans"),
+    )
+
+
 def downgrade() -> None:
+    _spans_index(["hour"])
     for name in PARTIAL:
         op.drop_index(f"ix_requests_{name}", table_name="requests")
     op.drop_table("deployment_hours")
