@@ -81,7 +81,17 @@ def main() -> None:
     """One run of the dashboard: sign-in, the sidebar's view of the data, then the page shown."""
     st.set_page_config(page_title="kvgate", page_icon=":material/savings:", layout="wide")
     # Exact money has many digits: a smaller metric font shows them whole in four columns.
-    st.html("<style>[data-testid='stMetricValue'] {font-size: 1.55rem;}</style>")
+    # A tile's title and the words beside its change wrap instead of ending in an ellipsis
+    # (Streamlit keeps them to one line: "Spend on failed or retried atte…" at 1500 px),
+    # the words going under the change when both do not fit on one line.
+    st.html(
+        "<style>[data-testid='stMetricValue'] {font-size: 1.55rem;}"
+        " [data-testid='stMetricLabel'] *, [data-testid='stMetricDeltaDescription'] *"
+        " {white-space: normal !important; overflow: visible !important;"
+        " text-overflow: clip !important;}"
+        " [data-testid='stMetric'] div:has(> [data-testid='stMetricDelta'])"
+        " {flex-wrap: wrap;}</style>"
+    )
     settings = Settings()
     refusal = settings.dashboard_refusal()
     if refusal is not None:  # `streamlit run` by hand; `kvgate dashboard` refuses to start

@@ -159,11 +159,11 @@ if models.endpoints:
         [
             {
                 "endpoint": e.endpoint or "before endpoints were kept",
-                "attempts": e.sums.requests,
-                "prompt tokens": e.sums.prompt_tokens,
-                "read from cache": e.sums.cache_read_tokens,
-                "output tokens": e.sums.output_tokens,
-                "cost": formatting.money(e.sums.cost_total, e.currency)
+                "attempts": e.requests,
+                "prompt tokens": e.prompt_tokens,
+                "read from cache": e.cache_read_tokens,
+                "output tokens": e.output_tokens,
+                "cost": formatting.money(e.cost_total, e.currency)
                 if e.currency is not None
                 else "unpriced",
             }

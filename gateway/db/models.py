@@ -157,6 +157,22 @@ class RequestRow(Base):
         Index("ix_requests_started", "started_at"),
         Index("ix_requests_interaction", "interaction_id"),
         Index("ix_requests_model_started", "model", "started_at"),
+        # Cost attribution reads only the requests that name an end user or carry tags
+        # (added by 0016): without these, a tenant's every request in the period.
+        Index(
+            "ix_requests_end_user",
+            "tenant_id",
+            "started_at",
+            postgresql_where=text("end_user IS NOT NULL"),
+            sqlite_where=text("end_user IS NOT NULL"),
+        ),
+        Index(
+            "ix_requests_tags",
+            "tenant_id",
+            "started_at",
+            postgresql_where=text("tags IS NOT NULL"),
+            sqlite_where=text("tags IS NOT NULL"),
+        ),
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -330,9 +346,16 @@ class InteractionCellRow(Base):
 
     __tablename__ = "interaction_cells"
     __table_args__ = (
+        # Covering (from 0016): the repeats of spanning interactions are counted from the
+        # index alone, not from heap pages scattered through the table (55,000 of them for
+        # a month at 10,000,000 records).
         Index(
             "ix_interaction_cells_spans_hour",
             "hour",
+            "tenant_id",
+            "model",
+            "interaction_id",
+            "priced",
             postgresql_where=text("spans"),
             sqlite_where=text("spans"),
         ),
@@ -345,6 +368,26 @@ class InteractionCellRow(Base):
     spans: Mapped[bool] = mapped_column(Boolean, default=False)
     # A priced attempt completed the interaction in this cell (added by 0006).
     priced: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+
+class DeploymentHourRow(Base):
+    """Per UTC hour × tenant × model × deployment × price entry × endpoint: the attempts'
+    tokens and cost (added by 0016; gateway/db/writer/deployments.py)."""
+
+    __tablename__ = "deployment_hours"
+
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)
+    price_id: Mapped[str] = mapped_column(String(300), primary_key=True)  # '' unpriced
+    endpoint: Mapped[str] = mapped_column(String(40), primary_key=True)  # '' not known
+    requests: Mapped[int] = mapped_column(BigInteger)
+    uncached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    cost_total: Mapped[Decimal] = mapped_column(Money())
 
 
 # -- prefix breakers and replica reconciliation (added by 0010) ----------------------------

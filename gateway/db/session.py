@@ -49,8 +49,9 @@ def safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine tuned for this workload: WAL and a busy timeout on SQLite."""
+def make_engine(url: str, *, work_mem: str | None = None) -> Engine:
+    """An engine tuned for this workload: WAL and a busy timeout on SQLite; on Postgres,
+    ``work_mem`` (e.g. '64MB') for each sort or hash its sessions run, if given."""
     url = normalise_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -62,7 +63,9 @@ def make_engine(url: str) -> Engine:
         pool_pre_ping=True,
         pool_size=5,
         max_overflow=5,
-        connect_args={"options": "-c timezone=UTC"},
+        connect_args={
+            "options": "-c timezone=UTC" + (f" -c work_mem={work_mem}" if work_mem else "")
+        },
     )
 
 

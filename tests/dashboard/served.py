@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from sqlalchemy import update
 
 from dashboard import formatting
 from gateway.accounting.recorder import insert_records
-from gateway.accounting.records import Status
+from gateway.accounting.records import Record, Status
 from gateway.budgets import DEFAULT_ALERTS, Period, parse_scope
 from gateway.db import crud, spend
 from gateway.db.migrate import upgrade
@@ -34,6 +34,7 @@ from tests.support.processes import Proc, free_port, wait_http
 
 TENANTS = ("zephyr-holdings-8841", "quokka-labs-2297")
 PASSWORD = "correct-horse-battery-5521"
+JUNE_22, JUNE_23 = datetime(2026, 6, 22, 9, tzinfo=UTC), datetime(2026, 6, 23, 14, tzinfo=UTC)
 # What a production dashboard needs besides its password (real-looking, not placeholders).
 PRODUCTION = {
     "KVGATE_ENVIRONMENT": "production",
@@ -64,10 +65,35 @@ def amount(value: Decimal) -> str:
     return formatting.money(value, None)
 
 
+def previous_records(a: str, b: str) -> list[Record]:
+    """Traffic in the week before the one the dashboard opens on (June 25 to July 1), so
+    every overview tile has a previous value to show its change against: cold and warm
+    TTFTs, a routed request with its ceiling, a failed attempt and its retry."""
+    return [
+        make(20, a, JUNE_22, Usage(1000, 0, 0, 80), interaction="p1", ttft_ms=500),
+        make(
+            21,
+            a,
+            JUNE_22 + timedelta(hours=2),
+            Usage(300, 700, 0, 40),
+            interaction="p2",
+            ttft_ms=150,
+            upstream="http://r2",
+            predicted=700,
+            ceiling=800,
+        ),
+        make(22, b, JUNE_23, Usage(400, 0, 0, 10), interaction="p3", status=Status.FAILED,
+             upstream="http://r2", error="upstream 503"),
+        make(23, b, JUNE_23 + timedelta(seconds=3), Usage(400, 0, 0, 60), interaction="p3",
+             attempt=2, ttft_ms=900),
+    ]  # fmt: skip
+
+
 def seed(url: str) -> tuple[str, dict[str, str]]:
     """Two tenants with the test world's requests, and one more that gives the second an
-    unmistakable spend; a monthly budget on each, part spent now, and a few refusals (they
-    cost nothing); the spend in all and by tenant."""
+    unmistakable spend; some traffic the week before (``previous_records``); a monthly
+    budget on each, part spent now, and a few refusals (they cost nothing); the spend in
+    all and by tenant, in the week the dashboard opens on."""
     upgrade(url)
     engine = make_engine(url)
     with transaction(session_factory(engine)) as session:
@@ -77,13 +103,14 @@ def seed(url: str) -> tuple[str, dict[str, str]]:
         *world_records(*ids),
         make(8, ids[1], at(1, 3), Usage(123_457, 0, 0, 7_777), interaction="i8"),
     ]
+    before = previous_records(*ids)
     refused = [
         make(9 + n, ids[n % 2], at(1, 1 + n), Usage.missing(), interaction=f"r{n}",
              status=Status.REFUSED, prices=None, upstream="",
              error="budget bud_x cannot cover this request" if n % 3 else "rate limit reached")
         for n in range(5)
     ]  # fmt: skip
-    insert_records(engine, [*records, *refused])
+    insert_records(engine, [*before, *records, *refused])
     with transaction(session_factory(engine)) as session:
         for name, limit, spent in zip(TENANTS, ("25", "2"), ("7.5", "1.95"), strict=True):
             budget = spend.set_budget(

@@ -17,6 +17,7 @@ from tests.dashboard.served import PASSWORD, PRODUCTION, TENANTS, Seeded, dashbo
 from tests.dashboard.wire import PAGES, found
 
 CHROMIUM = "/usr/bin/chromium"
+WIDTH, HEIGHT = 1500, 1300  # the issue's window
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LAUNCH_ARGS = [
     "--headless",
@@ -49,7 +50,7 @@ def test_the_overview_renders_its_figures_and_charts_in_chromium(served: Seeded)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1300})
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             page.goto(served.url, wait_until="domcontentloaded")
             page.get_by_role("heading", name="Overview").wait_for(timeout=30_000)
             metrics = page.locator('[data-testid="stMetric"]')
@@ -92,7 +93,7 @@ def test_chromium_receives_no_page_data_before_sign_in(tmp_path: Path) -> None:
     with dashboard(tmp_path, **settings) as served, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1300})
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             page.on("websocket", listen)
             for path in PAGES:
                 page.goto(f"{served.url}/{path}", wait_until="domcontentloaded")
@@ -116,11 +117,32 @@ def test_chromium_receives_no_page_data_before_sign_in(tmp_path: Path) -> None:
 
 
 BAD_TILE = ("None", "nan", "NaN")
+PREVIOUS_WEEK = "vs previous 7 days"  # the seeded world has traffic the week before
+# Tile titles and changes whose text does not fit their box (cut off, or ended with an
+# ellipsis).
+TILE_TEXT = ", ".join(
+    f'[data-testid="stMetric{part}"]' for part in ("Label", "Delta", "DeltaDescription")
+)
+CLIPPED = """parts => parts
+    .filter(part => [part, ...part.querySelectorAll("*")]
+        .some(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1))
+    .map(part => part.innerText)"""
+
+
+def full_page(page: Any, path: Path) -> None:
+    """A screenshot of the whole page: Streamlit scrolls its main block inside the window,
+    so the window is made as tall as that block's content for the shot."""
+    height = page.locator('[data-testid="stMain"]').evaluate("main => main.scrollHeight")
+    page.set_viewport_size({"width": WIDTH, "height": max(HEIGHT, height)})
+    page.wait_for_timeout(500)  # the charts redraw at the new size
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
 
 
 def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> None:
     """Every page in Chromium: no exception, every chart drawn and at least its minimum
     height (plot area and frame, see dashboard/charts.py), no tile reading None or nan,
+    no tile title cut off, every overview tile with its change since the previous week,
     and a full-page screenshot of each under test-artifacts/dashboard/ (the Tenants page's
     budgets and refusals in one more, tenants-budgets.png)."""
     from playwright.sync_api import sync_playwright
@@ -133,7 +155,7 @@ def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> Non
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1300})
+            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             for path, title in (
                 ("", "Overview"),
                 ("tenants", "Tenants"),
@@ -171,7 +193,25 @@ def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> Non
                 drawn[name] = elements.count()
                 for value in page.locator('[data-testid="stMetricValue"]').all_inner_texts():
                     assert value.strip() not in BAD_TILE, (name, value)
-                page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+                full_page(page, folder / f"{name}.png")
+                tiles = page.locator(TILE_TEXT)
+                assert tiles.evaluate_all(CLIPPED) == [], name
+                if name == "overview":
+                    tiles = page.locator('[data-testid="stMetric"]')
+                    labels = tiles.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+                    changes = [
+                        [
+                            tiles.nth(n)
+                            .locator(f'[data-testid="stMetric{part}"]')
+                            .all_inner_texts()
+                            for part in ("Delta", "DeltaDescription")
+                        ]
+                        for n in range(tiles.count())
+                    ]
+                    assert len(changes) == 12, changes
+                    for (delta, description), label in zip(changes, labels, strict=True):
+                        assert len(delta) == 1 and delta[0].strip(), (label, delta)
+                        assert description == [PREVIOUS_WEEK], (label, description)
                 if name == "tenants":  # the budgets table and refusals, above the trends
                     page.get_by_role("heading", name="Budgets").scroll_into_view_if_needed()
                     page.get_by_role("heading", name="Budgets").evaluate(

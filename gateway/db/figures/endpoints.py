@@ -1,25 +1,21 @@
 """The scope's traffic by inference endpoint: chat, completions, Responses, Messages, embeddings.
 
-Read from the requests themselves (the hourly rollups have no endpoint): one grouped query
-over the scope's rows, per endpoint and the currency of the price entries that priced them
-(unpriced attempts apart, with no currency). ``endpoint`` is NULL on records made before
+Read from the hourly ``deployment_hours`` rollup (migration 0016): one grouped query over
+the scope's hours, per endpoint and the currency of the price entries that priced them
+(unpriced attempts apart, with no currency). The endpoint is None for records made before
 kvgate kept it (migration 0013), which were all chat or completions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gateway.db import sums
-from gateway.db.figures.attribution import in_scope
 from gateway.db.figures.spend import Scope
-from gateway.db.models import PriceRow, RequestRow
-from gateway.db.sums import Sums
-
-REQUESTS = RequestRow.__table__
+from gateway.db.models import DeploymentHourRow, PriceRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,19 +24,48 @@ class EndpointFigures:
 
     endpoint: str | None
     currency: str | None
-    sums: Sums
+    requests: int
+    uncached_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    cost_total: Decimal
+
+    @property
+    def prompt_tokens(self) -> int:
+        """All prompt tokens: uncached, read from cache and written to it."""
+        return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
 
 
 def by_endpoint(session: Session, scope: Scope) -> list[EndpointFigures]:
     """The scope's attempts per endpoint and currency, most spent first."""
+    table = DeploymentHourRow.__table__
     query = (
-        select(REQUESTS.c.endpoint, PriceRow.currency, *sums.columns(REQUESTS))
-        .outerjoin(PriceRow, PriceRow.id == REQUESTS.c.price_id)
-        .where(*in_scope(scope))
-        .group_by(REQUESTS.c.endpoint, PriceRow.currency)
+        select(
+            table.c.endpoint,
+            PriceRow.currency,
+            func.sum(table.c.requests),
+            func.sum(table.c.uncached_tokens),
+            func.sum(table.c.cache_read_tokens),
+            func.sum(table.c.cache_write_tokens),
+            func.sum(table.c.output_tokens),
+            func.sum(table.c.cost_total),
+        )
+        .outerjoin(PriceRow, PriceRow.id == table.c.price_id)
+        .where(*scope.where(table))
+        .group_by(table.c.endpoint, PriceRow.currency)
     )
     found = [
-        EndpointFigures(row["endpoint"], row["currency"], sums.from_row(row))
-        for row in session.execute(query).mappings()
+        EndpointFigures(
+            endpoint or None,
+            currency,
+            int(n),
+            int(uncached or 0),
+            int(read or 0),
+            int(write or 0),
+            int(output or 0),
+            Decimal(cost or 0),
+        )
+        for endpoint, currency, n, uncached, read, write, output, cost in session.execute(query)
     ]
-    return sorted(found, key=lambda f: (-f.sums.cost_total, -f.sums.requests, f.endpoint or ""))
+    return sorted(found, key=lambda f: (-f.cost_total, -f.requests, f.endpoint or ""))

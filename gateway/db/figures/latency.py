@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from gateway.db.figures.spend import Scope, bucketer
+from gateway.db.figures.spend import Scope, bucket_index
 from gateway.db.models import TtftHourRow
 from gateway.db.writer.rollups import bucket_upper_ms
 
@@ -64,19 +64,18 @@ def _ttft(histograms: dict[bool, dict[int, int]]) -> Ttft:
     )
 
 
-def _ttft_query(scope: Scope, by_hour: bool) -> Select[Any]:
-    keys = [TTFT.c.hour] if by_hour else []
+def _ttft_query(scope: Scope) -> Select[Any]:
     return (
-        select(*keys, TTFT.c.warm, TTFT.c.bucket, func.sum(TTFT.c.requests))
+        select(TTFT.c.warm, TTFT.c.bucket, func.sum(TTFT.c.requests))
         .where(*scope.where(TTFT))
-        .group_by(*keys, TTFT.c.warm, TTFT.c.bucket)
+        .group_by(TTFT.c.warm, TTFT.c.bucket)
     )
 
 
 def ttft(session: Session, scope: Scope) -> Ttft:
     """TTFT percentiles of the scope."""
     histograms: dict[bool, dict[int, int]] = defaultdict(dict)
-    for warm, bucket, count in session.execute(_ttft_query(scope, by_hour=False)):
+    for warm, bucket, count in session.execute(_ttft_query(scope)):
         histograms[bool(warm)][bucket] = int(count)
     return _ttft(histograms)
 
@@ -84,15 +83,24 @@ def ttft(session: Session, scope: Scope) -> Ttft:
 def ttft_trend(
     session: Session, scope: Scope, edges: Sequence[datetime]
 ) -> tuple[Ttft, list[tuple[datetime, Ttft]]]:
-    """TTFT percentiles of the whole scope and per time bucket, from one scan."""
-    to_bucket = bucketer(edges)
+    """TTFT percentiles of the whole scope and per time bucket, from one scan.
+
+    The hours are put in their buckets in SQL (``bucket_index``): a few rows per bucket
+    come back, not one per hour × bucket of the histogram.
+    """
+    index = bucket_index(TTFT.c.hour, edges).label("at")
+    query = (
+        select(index, TTFT.c.warm, TTFT.c.bucket, func.sum(TTFT.c.requests))
+        .where(*scope.where(TTFT))
+        .group_by(index, TTFT.c.warm, TTFT.c.bucket)
+    )
     overall: dict[bool, dict[int, int]] = defaultdict(dict)
-    per_bucket: dict[datetime, dict[bool, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
-    for hour, warm, bucket, count in session.execute(_ttft_query(scope, by_hour=True)):
+    per_bucket: dict[int, dict[bool, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
+    for at, warm, bucket, count in session.execute(query):
         histogram = overall[bool(warm)]
         histogram[bucket] = histogram.get(bucket, 0) + int(count)
-        start = to_bucket(hour)
-        if start is not None:
-            histogram = per_bucket[start][bool(warm)]
-            histogram[bucket] = histogram.get(bucket, 0) + int(count)
-    return _ttft(overall), [(start, _ttft(per_bucket.get(start, {}))) for start in edges[:-1]]
+        if at is not None:
+            per_bucket[int(at)][bool(warm)][bucket] = int(count)
+    return _ttft(overall), [
+        (start, _ttft(per_bucket.get(n, {}))) for n, start in enumerate(edges[:-1])
+    ]

@@ -29,20 +29,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gateway.db import sums
-from gateway.db.figures.budgets import started_hour
 from gateway.db.gpu_costs import GpuCost, gpu_costs
-from gateway.db.models import RequestRow
-from gateway.db.sums import Sums
-from pricing.cost import NANO
+from gateway.db.models import DeploymentHourRow
+from pricing.cost import NANO, ZERO
 
-REQUESTS = RequestRow.__table__
 HOUR = timedelta(hours=1)
 NANOS = 1_000_000_000
 
@@ -86,6 +82,15 @@ class ServingCost:
     idle: list[Idle]
 
 
+@dataclass(slots=True)
+class _Use:
+    requests: int = 0
+    uncached_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+    charged: Decimal = ZERO
+
+
 def _half_even(numerator: int, denominator: int) -> int:
     quotient, remainder = divmod(numerator, denominator)
     if 2 * remainder > denominator or (2 * remainder == denominator and quotient % 2):
@@ -116,27 +121,33 @@ def _in_force(entries: list[GpuCost], hour: datetime) -> GpuCost:
 
 def _use(
     session: Session, deployments: list[str], lower: datetime, upper: datetime
-) -> dict[tuple[str, datetime], dict[str, Sums]]:
-    """(deployment, hour) → tenant → its attempts' sums (charged: their cost), grouped in SQL."""
-    hour = started_hour(session)
+) -> dict[tuple[str, datetime], dict[str, _Use]]:
+    """(deployment, hour) → tenant → its attempts' tokens and charges, from the hourly
+    rollup (``deployment_hours``)."""
+    table = DeploymentHourRow.__table__
     query = (
         select(
-            RequestRow.deployment,
-            RequestRow.tenant_id,
-            hour.label("hour"),
-            *sums.columns(REQUESTS),
+            table.c.deployment,
+            table.c.tenant_id,
+            table.c.hour,
+            func.sum(table.c.requests),
+            func.sum(table.c.uncached_tokens),
+            func.sum(table.c.cache_read_tokens),
+            func.sum(table.c.output_tokens),
+            func.sum(table.c.cost_total),
         )
         .where(
-            RequestRow.deployment.in_(deployments),
-            RequestRow.started_at >= lower,
-            RequestRow.started_at < upper,
+            table.c.deployment.in_(deployments),
+            table.c.hour >= lower,
+            table.c.hour < upper,
         )
-        .group_by(RequestRow.deployment, RequestRow.tenant_id, hour)
+        .group_by(table.c.deployment, table.c.tenant_id, table.c.hour)
     )
-    found: dict[tuple[str, datetime], dict[str, Sums]] = defaultdict(dict)
-    for row in session.execute(query).mappings():
-        at = datetime.fromisoformat(str(row["hour"])).replace(tzinfo=UTC)
-        found[(row["deployment"], at)][row["tenant_id"]] = sums.from_row(row)
+    found: dict[tuple[str, datetime], dict[str, _Use]] = defaultdict(dict)
+    for deployment, tenant, at, requests, uncached, read, output, charged in session.execute(query):
+        found[(deployment, at)][tenant] = _Use(
+            int(requests), int(uncached or 0), int(read or 0), int(output or 0), Decimal(charged)
+        )
     return found
 
 
@@ -169,18 +180,18 @@ def serving_cost(
                 idle_hours, idle_nanos = idle_hours + 1, idle_nanos + total_nanos
             shares = _shares(total_nanos, works) if whole else dict.fromkeys(works, 0)
             for tenant, u in tenants.items():
-                tally = totals[(deployment, tenant)]
-                tally["hours"] += int(works[tenant] > 0)
-                tally["requests"] += u.requests
-                tally["uncached_tokens"] += u.uncached_tokens
-                tally["cache_read_tokens"] += u.cache_read_tokens
-                tally["output_tokens"] += u.output_tokens
-                tally["cost_to_serve"] += shares[tenant]
+                sums = totals[(deployment, tenant)]
+                sums["hours"] += int(works[tenant] > 0)
+                sums["requests"] += u.requests
+                sums["uncached_tokens"] += u.uncached_tokens
+                sums["cache_read_tokens"] += u.cache_read_tokens
+                sums["output_tokens"] += u.output_tokens
+                sums["cost_to_serve"] += shares[tenant]
                 if whole:
-                    tally["cache_saving"] += _half_even(
+                    sums["cache_saving"] += _half_even(
                         total_nanos * u.cache_read_tokens * NANOS, whole
                     )
-                charged[(deployment, tenant)] += u.cost_total
+                charged[(deployment, tenant)] += u.charged
             hour += HOUR
         if idle_hours:
             idle.append(Idle(deployment, idle_hours, _money(idle_nanos)))
@@ -188,16 +199,16 @@ def serving_cost(
         ServingLine(
             deployment=deployment,
             tenant_id=tenant,
-            hours=tally["hours"],
-            requests=tally["requests"],
-            uncached_tokens=tally["uncached_tokens"],
-            cache_read_tokens=tally["cache_read_tokens"],
-            output_tokens=tally["output_tokens"],
-            cost_to_serve=_money(tally["cost_to_serve"]),
+            hours=sums["hours"],
+            requests=sums["requests"],
+            uncached_tokens=sums["uncached_tokens"],
+            cache_read_tokens=sums["cache_read_tokens"],
+            output_tokens=sums["output_tokens"],
+            cost_to_serve=_money(sums["cost_to_serve"]),
             charged=charged[(deployment, tenant)].quantize(NANO),
-            cache_saving=_money(tally["cache_saving"]),
+            cache_saving=_money(sums["cache_saving"]),
         )
-        for (deployment, tenant), tally in sorted(totals.items())
+        for (deployment, tenant), sums in sorted(totals.items())
         if not tenant_ids or tenant in tenant_ids
     ]
     return ServingCost(lines, idle)

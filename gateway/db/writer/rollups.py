@@ -9,6 +9,8 @@ never counts twice and rollups and requests commit or roll back together.
                  ├──▶ ttft_hours         log-bucket TTFT histogram per hour x tenant x model
                  ├──▶ break_hours        prefix breaks per hour x tenant x model x offset
                  │                       (gateway/db/writer/breaks.py)
+                 ├──▶ deployment_hours   tokens and cost per hour x tenant x deployment x
+                 │                       endpoint (gateway/db/writer/deployments.py)
                  └──▶ interaction_cells  (tenant, interaction, model, hour) with a completion,
                       interactions       so distinct completed interactions stay exact (and
                                          those a priced attempt completed: ``priced`` cells)
@@ -41,6 +43,7 @@ from sqlalchemy import (
 from gateway.db import sums
 from gateway.db.models import (
     BreakHourRow,
+    DeploymentHourRow,
     InteractionCellRow,
     InteractionRow,
     ReplicaHourRow,
@@ -48,7 +51,7 @@ from gateway.db.models import (
     TtftHourRow,
     UsageHourRow,
 )
-from gateway.db.writer import breaks, bulk
+from gateway.db.writer import breaks, bulk, deployments
 
 COMPLETED = "completed"
 UNPRICED = ""  # price_id of unpriced requests in rollup keys (key columns cannot be NULL)
@@ -60,6 +63,8 @@ READ_COLUMNS = (
     "tenant_id",
     "interaction_id",
     "model",
+    "deployment",
+    "endpoint",
     "upstream",
     "started_at",
     "first_token_at",
@@ -225,6 +230,7 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
         columns = None if present is None else present.get(table.name)  # type: ignore[attr-defined]
         _upsert(connection, table, deltas, columns)  # type: ignore[arg-type]
     breaks.add(connection, rows, hours, present=present)
+    deployments.add(connection, rows, hours, present=present)
 
 
 def _new_cells(
@@ -357,21 +363,24 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
             TtftHourRow.__tablename__,
             InteractionCellRow.__tablename__,
             BreakHourRow.__tablename__,
+            DeploymentHourRow.__tablename__,
         )
-        if inspector.has_table(name)  # break_hours: from 0010 on
+        if inspector.has_table(name)  # break_hours: from 0010 on; deployment_hours: 0016
     }
     for model in (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow):
         connection.execute(model.__table__.delete())  # type: ignore[attr-defined]
-    if BreakHourRow.__tablename__ in present:
-        connection.execute(BreakHourRow.__table__.delete())  # type: ignore[attr-defined]
+    for later in (BreakHourRow, DeploymentHourRow):
+        if later.__tablename__ in present:
+            connection.execute(later.__table__.delete())  # type: ignore[attr-defined]
     requests = RequestRow.__table__
     order = (requests.c.started_at, requests.c.request_id)
     stored = present[RequestRow.__tablename__]
     columns = [
         requests.c[name]
         if name in stored
-        # A break column not there yet is no break (NULL), not a break at offset 0.
-        else (null() if name in breaks.COLUMNS else literal(0, Integer)).label(name)
+        # A break column not there yet is no break (NULL), not a break at offset 0; an
+        # endpoint not kept yet (before 0013) is none.
+        else (null() if name in (*breaks.COLUMNS, "endpoint") else literal(0, Integer)).label(name)
         for name in READ_COLUMNS
     ]
     # Tier columns are read only where they exist: absent, a request has no tier report
