@@ -1,0 +1,226 @@
+"""Anthropic's Messages API on hosted models that speak only OpenAI's chat: the official
+``anthropic`` client → a real ``kvgate serve`` → the emulated OpenAI on loopback, through
+litellm's adapter. Billed as the same chat to the same target is, to the nano-dollar.
+
+gpt-4.1 bills 2 / 0.50 / 8 USD per million; the cached answer (1,200 prompt tokens, 1,024
+of them read from cache, OpenAI's convention: inside ``prompt_tokens``; 30 output) costs
+176 x 2 + 1,024 x 0.50 + 30 x 8 = 1,104 micro-dollars.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from gateway.db.models import RequestRow
+from tests.factories import litellm
+from tests.providers.prices import GPT
+from tests.support.processes import call
+from tests.support.stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+D = Decimal
+ASKED: dict[str, Any] = {
+    "max_tokens": 64,
+    "system": [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "Capital of France?"}]}],
+}
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Capital of France?"},
+]
+ANSWER = "Paris is the capital of France."
+
+
+def expected_cost(prompt: int, cached: int, output: int) -> Decimal:
+    """Independent of pricing/cost.py: each class at the entry's rate, to the nano-dollar."""
+    nano = D("0.000000001")
+    parts = [(prompt - cached) * GPT.input, cached * GPT.cache_read, output * GPT.output]
+    return sum((D(p) / 10**6).quantize(nano) for p in parts)  # type: ignore[return-value]
+
+
+COST = expected_cost(1200, 1024, 30)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from tests.conftest import new_database
+
+    tmp = tmp_path_factory.mktemp("translated")
+    with (
+        new_database("postgres", tmp) as database_url,
+        running_stack(tmp, database_url, prices=[GPT], tenants=("acme",)) as stack,
+    ):
+        emulator = stack.start_emulator()
+        openai_wire = {"api_base": emulator.url + "/v1", "price_model": GPT.model}
+        stack.configure(
+            [
+                litellm("gpt", "openai/openai-cached", **openai_wire),
+                litellm("gpt-litellm", "openai/openai-cached", via="litellm", **openai_wire),
+                litellm(
+                    "gpt-retry",
+                    "openai/openai-error-500",
+                    **openai_wire,
+                    fallbacks=[{"litellm_model": "openai/openai-cached", **openai_wire}],
+                ),
+            ]
+        )
+        stack.start_gateway()
+        yield stack
+
+
+def claude(stack: Stack) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.url, api_key=stack.key, max_retries=0)
+
+
+def extra(value: Any, name: str) -> Any:
+    return (value.model_extra or {})[name]
+
+
+def facts(row: RequestRow) -> tuple[Any, ...]:
+    return (
+        row.endpoint,
+        row.status,
+        row.upstream,
+        row.uncached_tokens,
+        row.cache_read_tokens,
+        row.cache_write_tokens,
+        row.output_tokens,
+        row.usage_source,
+        row.price_id,
+        row.cost_total,
+    )
+
+
+def row_of(stack: Stack, request_id: str) -> RequestRow:
+    [row] = stack.rows(RequestRow.request_id == request_id, count=1)
+    return row
+
+
+@pytest.mark.parametrize("model", ["gpt", "gpt-litellm"])
+def test_messages_create_is_translated_and_billed_as_the_same_chat(
+    stack: Stack, model: str
+) -> None:
+    """Over OpenAI's own wire and through litellm's completion: an Anthropic answer, its
+    usage in Anthropic's convention, the record equal to a chat's to the same target."""
+    reply = claude(stack).messages.with_raw_response.create(model=model, **ASKED)
+    message = reply.parse()
+    assert message.type == "message" and message.role == "assistant"
+    assert [(b.type, b.text) for b in message.content] == [("text", ANSWER)]  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    usage = message.usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (176, 1024)
+    assert (usage.cache_creation_input_tokens, usage.output_tokens) == (0, 30)
+    assert D(extra(usage, "cost")) == COST == D("0.001104000")
+    assert reply.headers["x-kvgate-cost"] == "0.001104000"
+
+    chat = stack.client().chat.completions.with_raw_response.create(model=model, messages=CHAT)  # type: ignore[arg-type]
+    as_messages = row_of(stack, reply.headers["x-request-id"])
+    as_chat = row_of(stack, chat.headers["x-request-id"])
+    same = ("completed", "openai/openai-cached", 176, 1024, 0, 30, "reported", GPT.id, COST)
+    assert facts(as_messages) == ("/v1/messages", *same)
+    assert facts(as_chat) == ("/v1/chat/completions", *same)
+    assert as_messages.finish_reason == "end_turn"
+
+
+@pytest.mark.parametrize("model", ["gpt", "gpt-litellm"])
+def test_messages_stream_is_anthropic_events_billed_in_message_delta(
+    stack: Stack, model: str
+) -> None:
+    with claude(stack).messages.stream(model=model, **ASKED) as stream:
+        request_id = stream.response.headers["x-request-id"]
+        events = list(stream)
+        final = stream.get_final_message()
+    kinds = [e.type for e in events if e.type != "text"]
+    assert kinds == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * 7,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert "".join(e.text for e in events if e.type == "text") == ANSWER  # type: ignore[union-attr]
+    delta = next(e for e in events if e.type == "message_delta")
+    assert delta.delta.stop_reason == "end_turn"  # type: ignore[union-attr]
+    usage = delta.usage  # type: ignore[union-attr]
+    assert (usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens) == (
+        176,
+        1024,
+        30,
+    )
+    assert D(extra(usage, "cost")) == COST
+    assert final.content[0].text == ANSWER  # type: ignore[union-attr]
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (176, 30)
+    row = row_of(stack, request_id)
+    assert facts(row) == (
+        "/v1/messages",
+        "completed",
+        "openai/openai-cached",
+        *(176, 1024, 0, 30),
+        "reported",
+        GPT.id,
+        COST,
+    )
+    assert row.stream is True
+
+
+def test_an_upstream_500_fails_over_to_the_next_target(stack: Stack) -> None:
+    """Two attempts of one interaction: the 500 on record (nothing billed), then the answer."""
+    for stream in (False, True):
+        reply = httpx.post(
+            stack.url + "/v1/messages",
+            headers={"x-api-key": stack.key, "anthropic-version": "2023-06-01"},
+            json={"model": "gpt-retry", "stream": stream, **ASKED},
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
+        if stream:
+            assert "event: message_stop" in reply.text
+        else:
+            assert reply.json()["content"][0]["text"] == ANSWER
+        rid = reply.headers["x-request-id"]
+        rows = stack.rows(RequestRow.request_id.startswith(rid), count=2)
+        assert [(r.request_id, r.attempt, r.status, r.upstream) for r in rows] == [
+            (rid, 1, "failed", "openai/openai-error-500"),
+            (rid + ".2", 2, "completed", "openai/openai-cached"),
+        ]
+        assert rows[0].error is not None and "500" in rows[0].error
+        assert [r.cost_total for r in rows] == [D("0E-9"), COST]
+
+
+def test_bad_messages_are_400s_in_anthropic_shape(stack: Stack) -> None:
+    client = claude(stack)
+    with pytest.raises(anthropic.BadRequestError) as empty:
+        client.messages.create(model="gpt", max_tokens=2, messages=[])
+    assert empty.value.body["type"] == "error"  # type: ignore[index]
+    assert empty.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    headers = {"x-api-key": stack.key, "anthropic-version": "2023-06-01"}
+    for body in (
+        {"model": "gpt", "max_tokens": "two", "messages": []},
+        {"model": "gpt", "max_tokens": 2, "messages": [{"role": "user", "content": 7}]},
+        {"model": "gpt", "max_tokens": 2, "messages": [{"role": "user", "content": [{"x": 1}]}]},
+        {"model": "gpt", "max_tokens": 2, "messages": "hi"},
+    ):
+        status, _, raw = call(stack.url + "/v1/messages", json.dumps(body).encode(), headers)
+        said = json.loads(raw)
+        assert status == 400, (body, said)
+        assert said["type"] == "error" and said["error"]["type"] == "invalid_request_error"
+    # Counting tokens is the provider's own: not approximated for one that counts none.
+    with pytest.raises(anthropic.BadRequestError) as counted:
+        client.messages.count_tokens(model="gpt", messages=ASKED["messages"])
+    message = counted.value.body["error"]["message"]  # type: ignore[index]
+    assert "/v1/messages/count_tokens" in message and "/v1/messages" in message
+
+
+def test_the_models_list_says_messages_are_served(stack: Stack) -> None:
+    status, _, raw = call(stack.url + "/v1/models", None, {"authorization": f"Bearer {stack.key}"})
+    assert status == 200
+    served = {m["id"]: m.get("endpoints") for m in json.loads(raw)["data"]}
+    assert "/v1/messages" in served["gpt"] and "/v1/messages/count_tokens" not in served["gpt"]
