@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -19,8 +20,9 @@ import httpx
 import pytest
 
 from gateway.db.models import RequestRow
+from pricing.book import Price
 from tests.factories import litellm
-from tests.providers.prices import GPT
+from tests.providers.prices import DEEPSEEK, GEMINI, GPT, OPENROUTER_SONNET
 from tests.support.processes import call
 from tests.support.stack import Stack, running_stack
 
@@ -38,14 +40,49 @@ CHAT = [
 ANSWER = "Paris is the capital of France."
 
 
-def expected_cost(prompt: int, cached: int, output: int) -> Decimal:
+def expected_cost(
+    prompt: int, cached: int, output: int, price: Price = GPT, written: int = 0
+) -> Decimal:
     """Independent of pricing/cost.py: each class at the entry's rate, to the nano-dollar."""
     nano = D("0.000000001")
-    parts = [(prompt - cached) * GPT.input, cached * GPT.cache_read, output * GPT.output]
+    parts = [
+        (prompt - cached - written) * price.input,
+        cached * price.cache_read,
+        written * (price.cache_write or 0),
+        output * price.output,
+    ]
     return sum((D(p) / 10**6).quantize(nano) for p in parts)  # type: ignore[return-value]
 
 
 COST = expected_cost(1200, 1024, 30)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A deployment of another provider's convention, and what its chat is billed."""
+
+    model: str
+    upstream: str
+    classes: tuple[int, int, int, int]  # uncached, cache read, cache write, output
+    price: Price
+    cost: Decimal
+
+
+CASES = [
+    # DeepSeek's own wire, its hit / miss counts: 232 x 0.27 + 768 x 0.07 + 50 x 1.10.
+    Case("deepseek", "deepseek/deepseek-cache-hit", (232, 768, 0, 50), DEEPSEEK, D("0.0001714")),
+    # Gemini through litellm's completion: 3808 x 1.25 + 8192 x 0.125 + 200 x 10.
+    Case("gemini", "gemini/gemini-cached", (3808, 8192, 0, 200), GEMINI, D("0.007784")),
+    # OpenRouter: reads and writes inside prompt_tokens; 500 x 3 + 2000 x 0.30 + 500 x 3.75
+    # + 40 x 15.
+    Case(
+        "openrouter",
+        "openrouter/openrouter-cache",
+        (500, 2000, 500, 40),
+        OPENROUTER_SONNET,
+        D("0.004575"),
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +92,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("translated")
     with (
         new_database("postgres", tmp) as database_url,
-        running_stack(tmp, database_url, prices=[GPT], tenants=("acme",)) as stack,
+        running_stack(
+            tmp,
+            database_url,
+            prices=[GPT, DEEPSEEK, GEMINI, OPENROUTER_SONNET],
+            tenants=("acme",),
+        ) as stack,
     ):
         emulator = stack.start_emulator()
         openai_wire = {"api_base": emulator.url + "/v1", "price_model": GPT.model}
@@ -68,6 +110,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                     "openai/openai-error-500",
                     **openai_wire,
                     fallbacks=[{"litellm_model": "openai/openai-cached", **openai_wire}],
+                ),
+                litellm(
+                    "deepseek",
+                    "deepseek/deepseek-cache-hit",
+                    api_base=emulator.url + "/v1",
+                    price_model=DEEPSEEK.model,
+                ),
+                litellm(
+                    "gemini",
+                    "gemini/gemini-cached",
+                    api_base=emulator.url + "/v1beta",
+                    price_model=GEMINI.model,
+                ),
+                litellm(
+                    "openrouter",
+                    "openrouter/openrouter-cache",
+                    api_base=emulator.url + "/v1",
+                    price_model=OPENROUTER_SONNET.model,
                 ),
             ]
         )
@@ -224,3 +284,34 @@ def test_the_models_list_says_messages_are_served(stack: Stack) -> None:
     assert status == 200
     served = {m["id"]: m.get("endpoints") for m in json.loads(raw)["data"]}
     assert "/v1/messages" in served["gpt"] and "/v1/messages/count_tokens" not in served["gpt"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.model for c in CASES])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_each_providers_convention_is_billed_as_its_chat(
+    stack: Stack, case: Case, stream: bool
+) -> None:
+    """The record of a translated Messages request is the chat's, token class by class."""
+    uncached, read, written, output = case.classes
+    prompt = uncached + read + written
+    assert case.cost == expected_cost(prompt, read, output, case.price, written)
+    client = claude(stack)
+    if stream:
+        with client.messages.stream(model=case.model, **ASKED) as events:
+            request_id = events.response.headers["x-request-id"]
+            message = events.get_final_message()
+    else:
+        raw = client.messages.with_raw_response.create(model=case.model, **ASKED)
+        request_id, message = raw.headers["x-request-id"], raw.parse()
+    assert message.content and message.content[0].type == "text"
+    usage = message.usage
+    # Anthropic's convention: reads and writes beside input_tokens, not inside it.
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (uncached, read)
+    assert (usage.cache_creation_input_tokens, usage.output_tokens) == (written, output)
+    chat = stack.client().chat.completions.with_raw_response.create(
+        model=case.model,
+        messages=CHAT,  # type: ignore[arg-type]
+    )
+    billed = (case.upstream, *case.classes, "reported", case.price.id, case.cost)
+    assert facts(row_of(stack, request_id))[2:] == billed
+    assert facts(row_of(stack, chat.headers["x-request-id"]))[2:] == billed
