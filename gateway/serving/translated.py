@@ -20,6 +20,7 @@ beside it). A failure before the answer fails over like chat's.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -36,6 +37,8 @@ from gateway.serving.context import Outcome
 from gateway.serving.wires import MessagesWire
 from gateway.upstream import sse
 from gateway.upstream.providers import Providers
+
+log = logging.getLogger("kvgate.providers")
 
 
 class ChatEvents(Protocol):
@@ -104,6 +107,7 @@ class Translation:
             if not self._loaded:
                 await asyncio.to_thread(self.providers.load)
                 self._loaded = True
+                log.info("litellm %s loaded to translate Messages", self.providers.version)
 
     def chat(self, call: Call, target: ProviderTarget) -> tuple[Call, dict[str, str]]:
         """The call as chat to ``target``, and the tool names litellm shortened."""
@@ -231,5 +235,6 @@ class TranslatedStream:
         """Closes the adapter's stream and the chat call under it."""
         try:
             await self.translated.aclose()  # type: ignore[attr-defined]
-        finally:
-            await self.chat.close()
+        except Exception:  # closing a broken stream must not hide why it broke
+            log.debug("closing litellm's Messages stream failed", exc_info=True)
+        await self.chat.close()
