@@ -104,6 +104,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.configure(
             [
                 litellm("gpt", "openai/openai-cached", **openai_wire),
+                litellm("gpt-tools", "openai/openai-tool-call", **openai_wire),
+                litellm(
+                    "gpt-tools-litellm", "openai/openai-tool-call", via="litellm", **openai_wire
+                ),
+                litellm("gpt-broken", "openai/openai-broken", **openai_wire),
                 litellm("gpt-litellm", "openai/openai-cached", via="litellm", **openai_wire),
                 litellm(
                     "gpt-retry",
@@ -315,3 +320,66 @@ def test_each_providers_convention_is_billed_as_its_chat(
     billed = (case.upstream, *case.classes, "reported", case.price.id, case.cost)
     assert facts(row_of(stack, request_id))[2:] == billed
     assert facts(row_of(stack, chat.headers["x-request-id"]))[2:] == billed
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+TOOL_COST = expected_cost(1500, 1280, 18)  # 220 x 2 + 1280 x 0.50 + 18 x 8
+
+
+@pytest.mark.parametrize("model", ["gpt-tools", "gpt-tools-litellm"])
+def test_a_tool_call_comes_back_as_a_tool_use_block(stack: Stack, model: str) -> None:
+    """Tools go as OpenAI functions; the call comes back as ``tool_use``, whole and streamed."""
+    client = claude(stack)
+    asked = {**ASKED, "tools": [WEATHER], "tool_choice": {"type": "auto"}}
+    raw = client.messages.with_raw_response.create(model=model, **asked)
+    message = raw.parse()
+    [block] = message.content
+    assert (block.type, block.name, block.input) == ("tool_use", "get_weather", {"city": "Paris"})  # type: ignore[union-attr]
+    assert message.stop_reason == "tool_use"
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens) == (220, 1280)
+    assert D(extra(message.usage, "cost")) == TOOL_COST == D("0.001224000")
+    with client.messages.stream(model=model, **asked) as stream:
+        request_id = stream.response.headers["x-request-id"]
+        events = list(stream)
+        final = stream.get_final_message()
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]  # type: ignore[union-attr]
+    assert {d.type for d in deltas} == {"input_json_delta"}
+    assert "".join(d.partial_json for d in deltas) == '{"city":"Paris"}'  # type: ignore[union-attr]
+    [block] = final.content
+    assert (block.type, block.name, block.input) == ("tool_use", "get_weather", {"city": "Paris"})  # type: ignore[union-attr]
+    assert final.stop_reason == "tool_use"
+    for rid in (raw.headers["x-request-id"], request_id):
+        row = row_of(stack, rid)
+        assert (row.uncached_tokens, row.cache_read_tokens, row.output_tokens) == (220, 1280, 18)
+        assert (row.finish_reason, row.cost_total) == ("tool_use", TOOL_COST)
+
+
+def test_a_stream_that_breaks_ends_with_an_anthropic_error_event(stack: Stack) -> None:
+    """The provider's stream ends half way: the client gets ``event: error`` after the text
+    so far, in Anthropic's shape; the record is failed, its prompt estimated."""
+    with httpx.stream(
+        "POST",
+        stack.url + "/v1/messages",
+        headers={"x-api-key": stack.key, "anthropic-version": "2023-06-01"},
+        json={"model": "gpt-broken", "stream": True, **ASKED},
+        timeout=30,
+    ) as reply:
+        assert reply.status_code == 200
+        rid = reply.headers["x-request-id"]
+        text = reply.read().decode()
+    names = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+    assert names[0] == "message_start" and names[-1] == "error"
+    assert "message_stop" not in names and "message_delta" not in names
+    error = json.loads(text.rsplit("data: ", 1)[1])
+    assert error["type"] == "error" and error["error"]["type"] == "api_error"
+    row = row_of(stack, rid)
+    assert (row.status, row.usage_source) == ("failed", "estimated")
+    assert row.error is not None and "[DONE]" in row.error
