@@ -385,6 +385,11 @@ class Providers:
         return self._litellm
 
     @property
+    def loaded(self) -> bool:
+        """Whether litellm has been imported by ``load``."""
+        return self._litellm is not None
+
+    @property
     def version(self) -> str:
         """The installed litellm's version."""
         from importlib.metadata import version
