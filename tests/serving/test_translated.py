@@ -11,8 +11,8 @@ from gateway.config import Settings
 from gateway.serving.hosted import build_hosted
 from tests.factories import deployments, litellm
 from tests.providers.emulator import Emulator
-from tests.providers.prices import GPT
-from tests.serving.conftest import Harness
+from tests.providers.prices import GPT, SONNET
+from tests.serving.conftest import D, Harness
 
 
 async def test_litellm_is_loaded_at_the_first_translation_not_at_startup() -> None:
@@ -78,5 +78,109 @@ async def test_the_provider_is_sent_the_messages_as_chat(
         "stop": ["\n\n"],
         "user": "user-7",
     }
-    [row] = await gateway.attempts(reply._request_id)  # type: ignore[attr-defined]
+    [row] = await gateway.attempts("conv-9")
     assert (row.endpoint, row.interaction_id, row.end_user) == ("/v1/messages", "conv-9", "user-7")
+
+
+ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
+ASKED = {"max_tokens": 64, "messages": [{"role": "user", "content": "Capital of France?"}]}
+
+
+async def test_an_anthropic_target_that_fails_is_followed_by_a_translated_one(
+    harness: Harness,
+) -> None:
+    """Anthropic's own wire first (a 500), then OpenAI's chat, translated: two attempts of
+    one interaction, the second billed as OpenAI's chat."""
+    emulator = Emulator()
+    url = await harness.serve(emulator.app())
+    harness.add_prices(SONNET, GPT)
+    fallback = {"litellm_model": "openai/openai-cached", "api_base": url + "/v1"}
+    gateway = await harness.gateway(
+        litellm(
+            "claude",
+            "anthropic/anthropic-error-500",
+            api_base=url,
+            price_model=SONNET.model,
+            fallbacks=[{**fallback, "price_model": GPT.model}],
+        )
+    )
+    async with gateway.http(harness.tenant.key) as http:
+        reply = await http.post(
+            "/v1/messages",
+            json={"model": "claude", **ASKED},
+            headers={**ANTHROPIC_HEADERS, "x-interaction-id": "conv-1"},
+        )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["cache_read_input_tokens"] == 1024
+    rows = await gateway.attempts("conv-1", count=2)
+    assert [(r.attempt, r.status, r.upstream, r.price_id, r.cost_total) for r in rows] == [
+        (1, "failed", "anthropic/anthropic-error-500", SONNET.id, D("0E-9")),
+        (2, "completed", "openai/openai-cached", GPT.id, D("0.001104000")),
+    ]
+    assert [r.path for r in emulator.requests] == ["/v1/messages", "/v1/chat/completions"]
+
+
+async def test_a_client_that_leaves_a_translated_stream_is_recorded_cancelled(
+    harness: Harness,
+) -> None:
+    """The provider's chat stream is closed; the record keeps the tokens so far."""
+    emulator = Emulator(event_delay_s=0.2)
+    url = await harness.serve(emulator.app())
+    harness.add_prices(GPT)
+    gateway = await harness.gateway(
+        litellm("gpt", "openai/openai-cached", api_base=url + "/v1", price_model=GPT.model)
+    )
+    async with (
+        gateway.http(harness.tenant.key) as http,
+        http.stream(
+            "POST",
+            "/v1/messages",
+            json={"model": "gpt", "stream": True, **ASKED},
+            headers={**ANTHROPIC_HEADERS, "x-interaction-id": "conv-2"},
+        ) as reply,
+    ):
+        async for line in reply.aiter_lines():
+            if line.startswith("event: content_block_delta"):
+                break
+    [row] = await gateway.attempts("conv-2", count=1)
+    assert (row.status, row.error, row.usage_source) == (
+        "cancelled",
+        "client disconnected",
+        "estimated",
+    )
+    assert 1 <= row.output_tokens < 7
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [{"type": "image", "source": {"type": "base64"}}],
+        [{"type": "tool_result"}],
+        [{"type": "document", "source": 7}],
+        [{"type": "tool_use", "id": "t1", "name": "f", "input": "not an object"}],
+        [{"type": "thinking"}],
+        [{"type": "no-such-block", "text": "x"}],
+        [{"type": "text"}],
+    ],
+)
+async def test_malformed_blocks_are_never_a_5xx(
+    harness: Harness, content: list[dict[str, object]]
+) -> None:
+    """The gateway's own checks refuse some (a 400 in Anthropic's shape); litellm's adapter
+    sends the others on as it reads them, and the provider judges them (its 400 would be
+    passed on as a 400; the emulator answers them all)."""
+    emulator = Emulator()
+    url = await harness.serve(emulator.app())
+    harness.add_prices(GPT)
+    gateway = await harness.gateway(
+        litellm("gpt", "openai/openai-cached", api_base=url + "/v1", price_model=GPT.model)
+    )
+    body = {"model": "gpt", "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
+    async with gateway.http(harness.tenant.key) as http:
+        for stream in (False, True):
+            reply = await http.post(
+                "/v1/messages", json={**body, "stream": stream}, headers=ANTHROPIC_HEADERS
+            )
+            assert reply.status_code < 500, reply.text
+            if reply.status_code != 200:
+                assert reply.json()["type"] == "error", reply.text
