@@ -184,3 +184,20 @@ async def test_malformed_blocks_are_never_a_5xx(
             assert reply.status_code < 500, reply.text
             if reply.status_code != 200:
                 assert reply.json()["type"] == "error", reply.text
+
+
+@pytest.mark.parametrize("member", [{"tools": "x"}, {"tool_choice": "auto"}])
+async def test_a_body_litellm_cannot_translate_is_a_400_in_anthropics_shape(
+    harness: Harness, member: dict[str, object]
+) -> None:
+    emulator = Emulator()
+    url = await harness.serve(emulator.app())
+    gateway = await harness.gateway(litellm("gpt", "openai/openai-cached", api_base=url + "/v1"))
+    async with gateway.http(harness.tenant.key) as http:
+        reply = await http.post(
+            "/v1/messages", json={"model": "gpt", **ASKED, **member}, headers=ANTHROPIC_HEADERS
+        )
+    assert reply.status_code == 400, reply.text
+    said = reply.json()
+    assert (said["type"], said["error"]["type"]) == ("error", "invalid_request_error")
+    assert emulator.requests == []
