@@ -112,7 +112,8 @@ class Translation:
     def chat(self, call: Call, target: ProviderTarget) -> tuple[Call, dict[str, str]]:
         """The call as chat to ``target``, and the tool names litellm shortened."""
         body, names = self.providers.messages_to_chat(call.body, target)
-        return replace(call, endpoint=Endpoint.CHAT, body=body), names
+        # Anthropic's headers (version, betas) mean nothing to a chat provider.
+        return replace(call, endpoint=Endpoint.CHAT, body=body, wire_headers=()), names
 
     async def send(
         self,

@@ -62,12 +62,15 @@ async def test_the_provider_is_sent_the_messages_as_chat(
             stop_sequences=["\n\n"],
             metadata={"user_id": "user-7"},
             extra_body={"cache_salt": "mine", "top_k": 5},
-            extra_headers={"x-interaction-id": "conv-9"},
+            extra_headers={"x-interaction-id": "conv-9", "anthropic-beta": "some-beta"},
         )
     assert reply.content[0].text == "Paris is the capital of France."  # type: ignore[union-attr]
     [sent] = emulator.requests
     assert sent.path == "/v1/chat/completions"
     assert sent.headers["Authorization"] == "Bearer sk-openai-test"
+    assert not {"anthropic-version", "anthropic-beta", "x-api-key"} & {
+        name.lower() for name in sent.headers
+    }
     assert sent.body == {
         "model": "openai-cached",
         "messages": [
