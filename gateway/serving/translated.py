@@ -36,7 +36,7 @@ from gateway.serving.calls import Call, Endpoint
 from gateway.serving.context import Outcome
 from gateway.serving.wires import MessagesWire
 from gateway.upstream import sse
-from gateway.upstream.providers import Providers
+from gateway.upstream.providers import ProviderFailure, Providers
 
 log = logging.getLogger("kvgate.providers")
 
@@ -105,7 +105,15 @@ class Translation:
             return
         async with self._loading:
             if not self._loaded:
-                await asyncio.to_thread(self.providers.load)
+                try:
+                    await asyncio.to_thread(self.providers.load)
+                except ImportError as exc:  # kvgate without its providers extra
+                    raise ProviderFailure(
+                        f"Messages for this model are translated by litellm, which is not "
+                        f"installed (pip install 'kvgate[providers]'): {exc}",
+                        status=None,
+                        retryable=True,  # a later target may speak Anthropic's wire itself
+                    ) from exc
                 self._loaded = True
                 log.info("litellm %s loaded to translate Messages", self.providers.version)
 

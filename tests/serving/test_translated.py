@@ -9,6 +9,7 @@ import pytest
 
 from gateway.config import Settings
 from gateway.serving.hosted import build_hosted
+from gateway.upstream.providers import Providers
 from tests.factories import deployments, litellm
 from tests.providers.emulator import Emulator
 from tests.providers.prices import GPT, SONNET
@@ -204,3 +205,28 @@ async def test_a_body_litellm_cannot_translate_is_a_400_in_anthropics_shape(
     said = reply.json()
     assert (said["type"], said["error"]["type"]) == ("error", "invalid_request_error")
     assert emulator.requests == []
+
+
+async def test_without_litellm_a_translated_messages_request_says_what_to_install(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(self: Providers) -> None:
+        raise ImportError("No module named 'litellm'")
+
+    emulator = Emulator()
+    url = await harness.serve(emulator.app())
+    gateway = await harness.gateway(litellm("gpt", "openai/openai-cached", api_base=url + "/v1"))
+    monkeypatch.setattr(Providers, "load", missing)
+    async with gateway.http(harness.tenant.key) as http:
+        reply = await http.post(
+            "/v1/messages", json={"model": "gpt", **ASKED}, headers=ANTHROPIC_HEADERS
+        )
+        chat = await http.post(
+            "/v1/chat/completions",
+            json={"model": "gpt", "messages": [{"role": "user", "content": "x"}]},
+        )
+    assert reply.status_code == 502, reply.text
+    said = reply.json()
+    assert said["type"] == "error" and "pip install 'kvgate[providers]'" in said["error"]["message"]
+    assert chat.status_code == 200  # OpenAI's own chat wire needs no litellm
+    assert emulator.requests and all(r.path == "/v1/chat/completions" for r in emulator.requests)
