@@ -230,3 +230,29 @@ async def test_without_litellm_a_translated_messages_request_says_what_to_instal
     assert said["type"] == "error" and "pip install 'kvgate[providers]'" in said["error"]["message"]
     assert chat.status_code == 200  # OpenAI's own chat wire needs no litellm
     assert emulator.requests and all(r.path == "/v1/chat/completions" for r in emulator.requests)
+
+
+async def test_a_providers_429_reaches_the_client_as_anthropics_rate_limit_error(
+    harness: Harness,
+) -> None:
+    """The provider's status and message, in Anthropic's error shape; one failed attempt."""
+    emulator = Emulator()
+    url = await harness.serve(emulator.app())
+    gateway = await harness.gateway(litellm("gpt", "openai/openai-error-429", api_base=url + "/v1"))
+    async with anthropic.AsyncAnthropic(
+        base_url=gateway.url, api_key=harness.tenant.key, max_retries=0
+    ) as client:
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            await client.messages.create(
+                model="gpt", **ASKED, extra_headers={"x-interaction-id": "conv-3"}
+            )
+    body = limited.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "rate_limit_error"
+    assert "openai/openai-error-429: provider answered 429" in body["error"]["message"]
+    [row] = await gateway.attempts("conv-3", count=1)
+    assert (row.endpoint, row.status, row.upstream) == (
+        "/v1/messages",
+        "failed",
+        "openai/openai-error-429",
+    )
