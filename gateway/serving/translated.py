@@ -24,14 +24,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from gateway.accounting.records import Record
 from gateway.config import ProviderTarget
 from gateway.errors import KvgateError, UpstreamError
-from gateway.serving.backend import Answer
+from gateway.serving.backend import Answer, UpstreamEvents
 from gateway.serving.calls import Call, Endpoint
 from gateway.serving.context import Outcome
 from gateway.serving.wires import MessagesWire
@@ -39,32 +39,6 @@ from gateway.upstream import sse
 from gateway.upstream.providers import ProviderFailure, Providers
 
 log = logging.getLogger("kvgate.providers")
-
-
-class ChatEvents(Protocol):
-    """A hosted chat stream (chatwire's or litellm's), as the translation reads it."""
-
-    @property
-    def first_token_at(self) -> datetime | None:
-        """When its first chunk arrived."""
-        ...
-
-    @property
-    def usage_chunk(self) -> dict[str, Any] | None:
-        """Its usage-only chunk, held back."""
-        ...
-
-    def events(self) -> AsyncIterator[bytes]:
-        """Its chunks as ``data:`` events."""
-        ...
-
-    def outcome(self, *, ended: bool, error: str | None) -> Outcome:
-        """Its outcome, usage in the provider's convention."""
-        ...
-
-    async def close(self) -> None:
-        """Closes the provider call."""
-        ...
 
 
 class TranslatedWire(MessagesWire):
@@ -144,7 +118,7 @@ class Translation:
         self,
         call: Call,
         target: ProviderTarget,
-        chat: Callable[[Call, ProviderTarget], Awaitable[ChatEvents]],
+        chat: Callable[[Call, ProviderTarget], Awaitable[UpstreamEvents]],
     ) -> TranslatedStream:
         """One chat stream, open (it fails over until then), its events as Messages'."""
         asked, names = self.chat(call, target)
@@ -156,7 +130,7 @@ class TranslatedStream:
     """A chat stream's chunks as Anthropic's events; its usage is the chat stream's."""
 
     def __init__(
-        self, chat: ChatEvents, providers: Providers, model: str, names: dict[str, str]
+        self, chat: UpstreamEvents, providers: Providers, model: str, names: dict[str, str]
     ) -> None:
         self.chat = chat
         self.translated = providers.chunks_to_events(self._chunks(), model, names)
