@@ -6,7 +6,9 @@
              the endpoint's: chat for OpenAI-wire providers (gateway/serving/chatwire.py),
              Responses, embeddings, Messages; else (chat of Anthropic, Gemini, Bedrock,
              Vertex…, or a target with ``via: litellm``) litellm's completion, its usage
-             normalised (``gateway.usage.from_litellm``)
+             normalised (``gateway.usage.from_litellm``); Messages to a target that does
+             not speak Anthropic's wire is translated into that chat and back
+             (gateway/serving/translated.py), billed as the chat
     open     the provider's own event stream, open once it answered 200; or litellm's
              stream, its first chunk read before the client sees a byte, so a provider
              that fails at once fails over like a non-streamed call
@@ -31,10 +33,11 @@ from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, KvgateError
 from gateway.serving import replies
 from gateway.serving.backend import Answer
-from gateway.serving.calls import Endpoint, forwardable, served, speaks
+from gateway.serving.calls import Call, Endpoint, forwardable, served, speaks, translates
 from gateway.serving.chatwire import ProviderChatStream, speaks_chat
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.passthrough import Passthrough
+from gateway.serving.translated import TranslatedStream, Translation
 from gateway.serving.wires import WireStream
 from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
 
@@ -64,6 +67,7 @@ class HostedBackend:
         self.deployments = dict(deployments)
         self.keys = dict(keys)
         self.passthrough = Passthrough(session, keys)
+        self.translation = Translation(providers)
 
     async def plan(self, ctx: Context) -> Plan:
         """The deployment's targets that speak the call's endpoint, in their order."""
@@ -92,18 +96,22 @@ class HostedBackend:
             hold=target,
         )
 
-    def _request(self, ctx: Context, attempt: Attempt) -> ProviderRequest:
-        target = _target(attempt)
+    def _request(self, call: Call, target: ProviderTarget) -> ProviderRequest:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
-        return ProviderRequest(
-            target=target, body=ctx.call.body, api_key=key, stream=ctx.call.stream
-        )
+        return ProviderRequest(target=target, body=call.body, api_key=key, stream=call.stream)
 
     async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
-        """One call on the provider's own wire, or one litellm completion."""
-        if _same_wire(ctx, attempt):
-            return await self.passthrough.send(ctx.call, _target(attempt))
-        reply = await self.providers.complete(self._request(ctx, attempt))
+        """One call on the provider's own wire, one litellm completion, or Messages as chat."""
+        target = _target(attempt)
+        if translates(target, ctx.call.endpoint):
+            await self.translation.ready()
+            return await self.translation.send(ctx.call, target, self._send)
+        return await self._send(ctx.call, target)
+
+    async def _send(self, call: Call, target: ProviderTarget) -> Answer:
+        if _same_wire(call, target):
+            return await self.passthrough.send(call, target)
+        reply = await self.providers.complete(self._request(call, target))
         return Answer(
             body=reply.body,
             upstream_usage=reply.raw_usage,
@@ -117,11 +125,21 @@ class HostedBackend:
 
     async def open(
         self, ctx: Context, plan: Plan, attempt: Attempt
+    ) -> HostedStream | WireStream | ProviderChatStream | TranslatedStream:
+        """The provider's own stream; one litellm stream, its first chunk already read; or
+        either of those as Messages events."""
+        target = _target(attempt)
+        if translates(target, ctx.call.endpoint):
+            await self.translation.ready()
+            return await self.translation.open(ctx.call, target, self._open)
+        return await self._open(ctx.call, target)
+
+    async def _open(
+        self, call: Call, target: ProviderTarget
     ) -> HostedStream | WireStream | ProviderChatStream:
-        """The provider's own stream; or one litellm stream, its first chunk already read."""
-        if _same_wire(ctx, attempt):
-            return await self.passthrough.open(ctx.call, _target(attempt))
-        return HostedStream(await self.providers.open_stream(self._request(ctx, attempt)))
+        if _same_wire(call, target):
+            return await self.passthrough.open(call, target)
+        return HostedStream(await self.providers.open_stream(self._request(call, target)))
 
     def first_token(self, attempt: Attempt) -> None:
         """Nothing to tell: providers do their own scheduling."""
@@ -142,9 +160,9 @@ class HostedBackend:
         return error
 
 
-def _same_wire(ctx: Context, attempt: Attempt) -> bool:
-    """Whether the attempt goes over the provider's own wire (everything but litellm's chat)."""
-    return ctx.call.endpoint is not Endpoint.CHAT or speaks_chat(_target(attempt))
+def _same_wire(call: Call, target: ProviderTarget) -> bool:
+    """Whether the call goes over the provider's own wire (everything but litellm's chat)."""
+    return call.endpoint is not Endpoint.CHAT or speaks_chat(target)
 
 
 def _target(attempt: Attempt) -> ProviderTarget:
@@ -201,8 +219,9 @@ class HostedStream:
 async def build_hosted(
     settings: Settings, deployments: Mapping[str, Any], session: aiohttp.ClientSession
 ) -> HostedBackend | None:
-    """The hosted backend; None if no model uses it. litellm is imported only when a target's
-    chat needs translating (every other call goes over the provider's own wire)."""
+    """The hosted backend; None if no model uses it. litellm is imported at startup only when
+    a target's chat needs translating (every other call goes over the provider's own wire),
+    else at the first Messages request that does."""
     chosen = {n: d for n, d in deployments.items() if isinstance(d, ProviderDeployment)}
     if not chosen:
         return None

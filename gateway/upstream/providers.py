@@ -8,6 +8,11 @@ figures are never read: kvgate prices usage with its own dated price book.
 
     ProviderFailure (UpstreamError)   status as the provider answered; ``retryable`` for
                                       connect errors, timeouts, 429 and 5xx
+
+Anthropic's Messages wire, for targets that do not speak it, is translated here too, with
+litellm's own adapter (``litellm.llms.anthropic.messages.adapters``): the request into
+chat, the chat answer (or its stream's chunks) back into Messages. The chat call itself is
+the gateway's, as any chat to that target (gateway/serving/translated.py).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 import orjson
 
 from gateway.config import ProviderTarget, anthropic_family, prepare_litellm_environment
-from gateway.errors import UpstreamError
+from gateway.errors import InvalidRequest, UpstreamError
 from gateway.usage import Usage, UsageSource, from_litellm
 
 log = logging.getLogger("kvgate.providers")
@@ -380,6 +385,11 @@ class Providers:
         return self._litellm
 
     @property
+    def loaded(self) -> bool:
+        """Whether litellm has been imported by ``load``."""
+        return self._litellm is not None
+
+    @property
     def version(self) -> str:
         """The installed litellm's version."""
         from importlib.metadata import version
@@ -440,3 +450,61 @@ class Providers:
         stream = ProviderStream(source=source, request=request)
         await stream.start()
         return stream
+
+    def messages_to_chat(
+        self, body: Mapping[str, Any], target: ProviderTarget
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """A Messages body as a chat body for ``target``, and the tool names litellm shortened
+        (OpenAI allows 64 characters); a body litellm cannot translate is a 400."""
+        self.load()
+        from litellm.llms.anthropic.messages.adapters.transformation import AnthropicAdapter
+
+        request = {k: v for k, v in body.items() if k not in ("cache_salt", "metadata")}
+        metadata = body.get("metadata")
+        if isinstance(metadata, dict) and "user_id" in metadata:
+            # Anthropic's end user becomes chat's ``user``; the rest is kvgate's or litellm's.
+            request["metadata"] = {"user_id": metadata["user_id"]}
+        request["model"] = target.litellm_model
+        try:
+            chat, names = AnthropicAdapter().translate_completion_input_params_with_tool_mapping(
+                request, custom_llm_provider=target.provider, api_base=target.base_url
+            )
+        except Exception as exc:  # litellm's checks raise ValueError, pydantic's, its own...
+            said = " ".join(str(exc).split())[:300]
+            raise InvalidRequest(f"cannot translate this Messages request: {said}") from None
+        if chat is None:
+            raise InvalidRequest("cannot translate this Messages request")
+        return dict(chat), dict(names)
+
+    def chat_to_message(
+        self, body: Mapping[str, Any], usage: Mapping[str, Any] | None, names: dict[str, str]
+    ) -> dict[str, Any]:
+        """A chat answer (its usage beside it) as Anthropic's Messages answer."""
+        self.load()
+        from litellm.llms.anthropic.messages.adapters.transformation import AnthropicAdapter
+        from litellm.types.utils import ModelResponse
+
+        response = ModelResponse(**{**body, "usage": dict(usage or {})})
+        message = AnthropicAdapter().translate_completion_output_params(
+            response, tool_name_mapping=names
+        )
+        return _dump(message)
+
+    def chunks_to_events(
+        self, chunks: AsyncIterator[dict[str, Any]], model: str, names: dict[str, str]
+    ) -> AsyncIterator[bytes]:
+        """A chat stream's chunks as Anthropic's Messages events (message_start ...
+        message_stop); a chunk source that raises ends them with an ``event: error``."""
+        self.load()
+        from litellm.llms.anthropic.messages.adapters.transformation import AnthropicAdapter
+        from litellm.types.utils import ModelResponseStream
+
+        async def models() -> AsyncIterator[Any]:
+            async for chunk in chunks:
+                yield ModelResponseStream(**chunk)
+
+        events = AnthropicAdapter().translate_completion_output_params_streaming(
+            models(), model=model, tool_name_mapping=names, is_async=True
+        )
+        assert events is not None and hasattr(events, "__anext__")
+        return events  # type: ignore[return-value]
