@@ -282,10 +282,11 @@ class Settings(BaseSettings):
     # once, so a request arriving mid-batch does not wait for it (the c=1 tail), while it
     # still gets its share of a saturated core (0: as the gateway). benchmarks/README.md.
     recorder_nice: int = Field(default=5, ge=0, le=19)
-    # The collector's youngest-generation threshold, set once the app is built: at
-    # Python's 700, concurrent requests' own objects (alive for the request, then freed)
-    # trigger a collection every dozen requests at c=32. benchmarks/README.md.
-    gc_threshold: int = Field(default=10_000, ge=100)
+    # The collector's youngest-generation threshold, set once the app is built (Python's
+    # 700 by default): at c=32 the objects of requests in flight, freed anyway when each
+    # ends, trigger a collection every dozen requests; 10,000 removes most of that work
+    # but makes each rare collection longer. Measured in benchmarks/README.md.
+    gc_threshold: int = Field(default=700, ge=100)
     # When the journal cannot be written: refuse requests (503) rather than serve unrecorded.
     refuse_when_unrecordable: bool = True
     key_refresh_s: float = Field(default=5.0, gt=0)
