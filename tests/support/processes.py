@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,8 +17,35 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+_GIVEN: set[int] = set()  # the ports this process handed out
+
+
+def _ports_below_ephemeral() -> tuple[int, int]:
+    """Listening ports to choose from: below the kernel's ephemeral range, from which
+    every outbound connection takes its source port."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return 10000, max(low - 1, 10001)
+
 
 def free_port() -> int:
+    """A port free now, outside the ephemeral range and never handed out before by this
+    process. A server that binds it seconds later (vLLM takes half a minute) does not race
+    the source port of some outbound connection meanwhile ("Address already in use")."""
+    first, last = _ports_below_ephemeral()
+    for _ in range(500):
+        port = random.randint(first, last)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
