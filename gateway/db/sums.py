@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, FromClause, Integer, func, literal
 
 from pricing.cost import ZERO
+from pricing.tokens import TokenClasses
 
 TOKENS = (
     "uncached_tokens",
@@ -44,26 +45,17 @@ FIELDS = ("requests", *TOKENS, *COSTS)
 
 
 @dataclass(frozen=True, slots=True)
-class Sums:
+class Sums(TokenClasses):
     """Attempts, tokens per class and money per class, summed exactly."""
 
     requests: int = 0
-    uncached_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
     cache_write_1h_tokens: int = 0
-    output_tokens: int = 0
     cost_uncached: Decimal = ZERO
     cost_cache_read: Decimal = ZERO
     cost_cache_write: Decimal = ZERO
     cost_output: Decimal = ZERO
     cost_total: Decimal = ZERO
     cost_uncached_equivalent: Decimal = ZERO
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens of every class: uncached, cache read and cache write."""
-        return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     @property
     def tokens(self) -> int:
