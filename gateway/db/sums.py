@@ -2,10 +2,11 @@
 
 Statement lines, statement totals, the dashboard's figures and the requests page all read
 the same value, summed in SQL by the same expressions, so they cannot disagree on what a
-class of tokens or money is, and a new class is added here and nowhere else:
+class of tokens or money is:
 
     requests                        attempts summed (one, for a single attempt)
-    uncached … output tokens        the four disjoint classes, and the 1-hour part of writes
+    uncached … output tokens        the four disjoint classes (``pricing.tokens.TokenClasses``,
+                                    which usage and bills share), and the 1-hour part of writes
     cost_uncached … cost_output     exact Decimal money per class (``Money`` columns)
     cost_total                      the stored sum of the classes
     cost_uncached_equivalent        what the same tokens would have cost with no cache
