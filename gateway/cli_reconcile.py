@@ -254,7 +254,7 @@ def _measures(c: Compared) -> list[tuple[str, object, object, Variance | None]]:
 
 
 def _tokens(side: Side, name: str) -> int | None:
-    return None if side.tokens is None else int(getattr(side.tokens, name))
+    return None if side.tokens is None else side.tokens.as_dict()[name]
 
 
 def _invoice_json(c: Compared) -> dict[str, Any]:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from pricing.tokens import TokenClasses
+
 CHARS_PER_TOKEN = 4  # only for estimates when an upstream reported no usage
 
 
@@ -42,13 +44,9 @@ class UsageSource(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(TokenClasses):
     """Tokens of one request, split into the classes that are priced differently."""
 
-    uncached_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
     source: UsageSource = UsageSource.REPORTED
     cache_write_1h_tokens: int = 0
 
@@ -65,11 +63,6 @@ class Usage:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if self.cache_write_1h_tokens > self.cache_write_tokens:
             raise ValueError("cache_write_1h_tokens is part of cache_write_tokens, not more")
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens of every class: uncached, cache read and cache write."""
-        return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     @property
     def total_tokens(self) -> int:

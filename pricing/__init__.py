@@ -1,2 +1,3 @@
 """The dated price book: ``catalog/*.yaml`` (data), ``book.py`` (load, validate, look up by
-model and moment), ``cost.py`` (Decimal cost per token class). Imports nothing of kvgate's."""
+model and moment), ``cost.py`` (Decimal cost per token class), ``tokens.py`` (the four token
+classes). Imports nothing of kvgate's."""

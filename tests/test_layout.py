@@ -25,10 +25,10 @@ PACKAGES = ("gateway", "pricing", "dashboard")
 LOWER = {
     "pricing": set(),
     "gateway.errors": set(),
-    "gateway.usage": set(),
+    "gateway.usage": {"pricing"},
     "gateway.routing": set(),
     "gateway.mirror": set(),
-    "gateway.invoices": set(),
+    "gateway.invoices": {"pricing"},
     "gateway.budgets": {"gateway.errors"},
     "gateway.config": {"gateway.errors"},
     "gateway.auth": {"gateway.errors", "gateway.mirror"},

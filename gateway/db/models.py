@@ -88,6 +88,11 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def partial_index(name: str, *columns: str, where: str) -> Index:
+    """An index of only the rows matching ``where`` (SQL), on Postgres and SQLite alike."""
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -159,20 +164,10 @@ class RequestRow(Base):
         Index("ix_requests_model_started", "model", "started_at"),
         # Cost attribution reads only the requests that name an end user or carry tags
         # (added by 0016): without these, a tenant's every request in the period.
-        Index(
-            "ix_requests_end_user",
-            "tenant_id",
-            "started_at",
-            postgresql_where=text("end_user IS NOT NULL"),
-            sqlite_where=text("end_user IS NOT NULL"),
+        partial_index(
+            "ix_requests_end_user", "tenant_id", "started_at", where="end_user IS NOT NULL"
         ),
-        Index(
-            "ix_requests_tags",
-            "tenant_id",
-            "started_at",
-            postgresql_where=text("tags IS NOT NULL"),
-            sqlite_where=text("tags IS NOT NULL"),
-        ),
+        partial_index("ix_requests_tags", "tenant_id", "started_at", where="tags IS NOT NULL"),
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -349,15 +344,14 @@ class InteractionCellRow(Base):
         # Covering (from 0016): the repeats of spanning interactions are counted from the
         # index alone, not from heap pages scattered through the table (55,000 of them for
         # a month at 10,000,000 records).
-        Index(
+        partial_index(
             "ix_interaction_cells_spans_hour",
             "hour",
             "tenant_id",
             "model",
             "interaction_id",
             "priced",
-            postgresql_where=text("spans"),
-            sqlite_where=text("spans"),
+            where="spans",
         ),
     )
 

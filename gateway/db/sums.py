@@ -2,10 +2,11 @@
 
 Statement lines, statement totals, the dashboard's figures and the requests page all read
 the same value, summed in SQL by the same expressions, so they cannot disagree on what a
-class of tokens or money is, and a new class is added here and nowhere else:
+class of tokens or money is:
 
     requests                        attempts summed (one, for a single attempt)
-    uncached … output tokens        the four disjoint classes, and the 1-hour part of writes
+    uncached … output tokens        the four disjoint classes (``pricing.tokens.TokenClasses``,
+                                    which usage and bills share), and the 1-hour part of writes
     cost_uncached … cost_output     exact Decimal money per class (``Money`` columns)
     cost_total                      the stored sum of the classes
     cost_uncached_equivalent        what the same tokens would have cost with no cache
@@ -24,6 +25,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, FromClause, Integer, func, literal
 
 from pricing.cost import ZERO
+from pricing.tokens import TokenClasses
 
 TOKENS = (
     "uncached_tokens",
@@ -44,26 +46,17 @@ FIELDS = ("requests", *TOKENS, *COSTS)
 
 
 @dataclass(frozen=True, slots=True)
-class Sums:
+class Sums(TokenClasses):
     """Attempts, tokens per class and money per class, summed exactly."""
 
     requests: int = 0
-    uncached_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
     cache_write_1h_tokens: int = 0
-    output_tokens: int = 0
     cost_uncached: Decimal = ZERO
     cost_cache_read: Decimal = ZERO
     cost_cache_write: Decimal = ZERO
     cost_output: Decimal = ZERO
     cost_total: Decimal = ZERO
     cost_uncached_equivalent: Decimal = ZERO
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens of every class: uncached, cache read and cache write."""
-        return self.uncached_tokens + self.cache_read_tokens + self.cache_write_tokens
 
     @property
     def tokens(self) -> int:

@@ -54,11 +54,11 @@ def _result(tally: Tally, day: date, result: Mapping[str, Any], where: str) -> N
     written = result.get("cache_creation")
     writes = mapping(written, f"{where}.cache_creation") if written is not None else {}
     tokens = Tokens(
-        uncached=count(result, "uncached_input_tokens", where),
-        cache_read=count(result, "cache_read_input_tokens", where),
-        cache_write=count(writes, "ephemeral_5m_input_tokens", f"{where}.cache_creation")
+        uncached_tokens=count(result, "uncached_input_tokens", where),
+        cache_read_tokens=count(result, "cache_read_input_tokens", where),
+        cache_write_tokens=count(writes, "ephemeral_5m_input_tokens", f"{where}.cache_creation")
         + count(writes, "ephemeral_1h_input_tokens", f"{where}.cache_creation"),
-        output=count(result, "output_tokens", where),
+        output_tokens=count(result, "output_tokens", where),
     )
     tally.add_usage(day, model, tokens, 0)
 

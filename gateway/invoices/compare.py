@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from gateway.invoices.shapes import CLASSES, ZERO, Bill, Tokens
+from gateway.invoices.shapes import ZERO, Bill, Tokens
 
 PREFIXES = {"openai": "openai/", "anthropic": "anthropic/"}
 FAMILIES = {
@@ -87,10 +87,11 @@ class Compared:
 
     def token_variance(self) -> dict[str, Variance | None]:
         """Per token class, kvgate's tokens against the provider's."""
-        mine, theirs = self.kvgate.tokens or Tokens(), self.provider.tokens
+        mine = (self.kvgate.tokens or Tokens()).as_dict()
+        theirs = None if self.provider.tokens is None else self.provider.tokens.as_dict()
         return {
-            name: variance(getattr(mine, name), None if theirs is None else getattr(theirs, name))
-            for name in CLASSES
+            name: variance(count, None if theirs is None else theirs[name])
+            for name, count in mine.items()
         }
 
     def cost_variance(self) -> Variance | None:

@@ -60,9 +60,9 @@ def _result(tally: Tally, day: date, result: Mapping[str, Any], where: str) -> N
                 "not more"
             )
         tokens = Tokens(
-            uncached=total - cached + count(result, "input_audio_tokens", where),
-            cache_read=cached,
-            output=count(result, "output_tokens", where)
+            uncached_tokens=total - cached + count(result, "input_audio_tokens", where),
+            cache_read_tokens=cached,
+            output_tokens=count(result, "output_tokens", where)
             + count(result, "output_audio_tokens", where),
         )
         tally.add_usage(day, model, tokens, count(result, "num_model_requests", where))

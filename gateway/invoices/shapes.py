@@ -13,6 +13,8 @@ from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pricing.tokens import TokenClasses
+
 ZERO = Decimal(0)
 UNATTRIBUTED = "(unattributed)"  # a cost the provider names no model for
 
@@ -22,28 +24,25 @@ class InvoiceError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Tokens:
-    """Tokens in kvgate's four disjoint classes."""
-
-    uncached: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    output: int = 0
+class Tokens(TokenClasses):
+    """Tokens in kvgate's four disjoint classes, as a bill or kvgate's records count them."""
 
     def __add__(self, other: Tokens) -> Tokens:
         return Tokens(
-            self.uncached + other.uncached,
-            self.cache_read + other.cache_read,
-            self.cache_write + other.cache_write,
-            self.output + other.output,
+            self.uncached_tokens + other.uncached_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.output_tokens + other.output_tokens,
         )
 
     def as_dict(self) -> dict[str, int]:
-        """Class name → tokens, in class order."""
-        return {name: getattr(self, name) for name in CLASSES}
-
-
-CLASSES = ("uncached", "cache_read", "cache_write", "output")
+        """Class name (``uncached``, ``cache_read``, ``cache_write``, ``output``) → tokens."""
+        return {
+            "uncached": self.uncached_tokens,
+            "cache_read": self.cache_read_tokens,
+            "cache_write": self.cache_write_tokens,
+            "output": self.output_tokens,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Table
 
 from gateway.db.models import BreakHourRow
-from gateway.db.writer import bulk
+from gateway.db.writer.bulk import Deltas
 
 TABLE: Table = BreakHourRow.__table__  # type: ignore[assignment]
 KEYS = ("hour", "tenant_id", "model", "price_id", "rate_class", "break_tokens", "early")
@@ -22,18 +22,10 @@ SUMMED = ("requests", "lost_tokens", "prompt_tokens")
 COLUMNS = ("rate_class", "break_tokens", "lost_tokens", "break_early")
 
 
-def add(
-    connection: Connection,
-    rows: Sequence[Mapping[str, Any]],
-    hours: Sequence[Any],
-    *,
-    present: Mapping[str, set[str]] | None = None,
-) -> None:
-    """Fold the new request rows that broke (``hours``: each row's UTC hour) into
-    ``break_hours``; nothing where the table is not there yet (a migration's rebuild)."""
-    if present is not None and TABLE.name not in present:
-        return
-    deltas: dict[tuple[Any, ...], list[int]] = {}
+def deltas(rows: Sequence[Mapping[str, Any]], hours: Sequence[Any]) -> Deltas:
+    """What the new request rows that broke (``hours``: each row's UTC hour) add to
+    ``break_hours``: ``SUMMED`` per ``KEYS``."""
+    found: Deltas = {}
     for row, hour in zip(rows, hours, strict=True):
         offset = row.get("break_tokens")
         if offset is None:
@@ -48,20 +40,8 @@ def add(
             bool(row.get("break_early")),
         )
         prompt = row["uncached_tokens"] + row["cache_read_tokens"] + row["cache_write_tokens"]
-        delta = deltas.setdefault(key, [0, 0, 0])
+        delta = found.setdefault(key, [0, 0, 0])
         delta[0] += 1
         delta[1] += row["lost_tokens"] or 0
         delta[2] += prompt
-    if not deltas:
-        return
-    # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
-    bulk.insert_rows(
-        connection,
-        TABLE,
-        [
-            {**dict(zip(KEYS, key, strict=True)), **dict(zip(SUMMED, values, strict=True))}
-            for key, values in sorted(deltas.items())
-        ],
-        conflict=KEYS,
-        add=SUMMED,
-    )
+    return found

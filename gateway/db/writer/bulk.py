@@ -77,6 +77,35 @@ def insert_rows(
     return [tuple(r) for r in result]
 
 
+# What a batch of requests adds to a rollup: the summed values under each row's key values.
+Deltas = dict[tuple[Any, ...], list[Any]]
+
+
+def add_deltas(
+    connection: Connection,
+    table: Table,
+    deltas: Deltas,
+    *,
+    keys: Sequence[str],
+    summed: Sequence[str],
+) -> None:
+    """Add each delta (``summed`` values under its ``keys`` values) to its row of a rollup,
+    creating the rows that do not exist yet."""
+    if not deltas:
+        return
+    # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
+    insert_rows(
+        connection,
+        table,
+        [
+            {**dict(zip(keys, key, strict=True)), **dict(zip(summed, values, strict=True))}
+            for key, values in sorted(deltas.items())
+        ],
+        conflict=keys,
+        add=summed,
+    )
+
+
 Processor = Callable[[Any], Any] | None
 
 

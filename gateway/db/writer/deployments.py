@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, text
 
 from gateway.db.models import DeploymentHourRow
-from gateway.db.writer import bulk
+from gateway.db.writer.bulk import Deltas
 
 TABLE: Table = DeploymentHourRow.__table__  # type: ignore[assignment]
 KEYS = ("hour", "tenant_id", "model", "deployment", "price_id", "endpoint")
@@ -30,18 +30,10 @@ HOUR = {
 }
 
 
-def add(
-    connection: Connection,
-    rows: Sequence[Mapping[str, Any]],
-    hours: Sequence[Any],
-    *,
-    present: Mapping[str, set[str]] | None = None,
-) -> None:
-    """Fold the new request rows (``hours``: each row's UTC hour) into ``deployment_hours``;
-    nothing where the table is not there yet (a migration's rebuild)."""
-    if present is not None and TABLE.name not in present:
-        return
-    deltas: dict[tuple[Any, ...], list[Any]] = {}
+def deltas(rows: Sequence[Mapping[str, Any]], hours: Sequence[Any]) -> Deltas:
+    """What the new request rows (``hours``: each row's UTC hour) add to
+    ``deployment_hours``: ``SUMMED`` per ``KEYS``."""
+    found: Deltas = {}
     for row, hour in zip(rows, hours, strict=True):
         key = (
             hour,
@@ -51,27 +43,15 @@ def add(
             row["price_id"] or "",
             row.get("endpoint") or "",
         )
-        delta = deltas.get(key)
+        delta = found.get(key)
         if delta is None:
-            deltas[key] = [1, *(row[name] for name in TOKENS), row["cost_total"]]
+            found[key] = [1, *(row[name] for name in TOKENS), row["cost_total"]]
         else:
             delta[0] += 1
             for n, name in enumerate(TOKENS, start=1):
                 delta[n] += row[name]
             delta[-1] += row["cost_total"]
-    if not deltas:
-        return
-    # Sorted keys: concurrent writers lock rows in one order and cannot deadlock.
-    bulk.insert_rows(
-        connection,
-        TABLE,
-        [
-            {**dict(zip(KEYS, key, strict=True)), **dict(zip(SUMMED, values, strict=True))}
-            for key, values in sorted(deltas.items())
-        ],
-        conflict=KEYS,
-        add=SUMMED,
-    )
+    return found
 
 
 def backfill_sql(dialect: str) -> str:

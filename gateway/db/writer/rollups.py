@@ -229,8 +229,12 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
     ):
         columns = None if present is None else present.get(table.name)  # type: ignore[attr-defined]
         _upsert(connection, table, deltas, columns)  # type: ignore[arg-type]
-    breaks.add(connection, rows, hours, present=present)
-    deployments.add(connection, rows, hours, present=present)
+    for rollup, keys, summed, deltas_of in (
+        (breaks.TABLE, breaks.KEYS, breaks.SUMMED, breaks.deltas),
+        (deployments.TABLE, deployments.KEYS, deployments.SUMMED, deployments.deltas),
+    ):
+        if present is None or rollup.name in present:  # not there yet: a migration's rebuild
+            bulk.add_deltas(connection, rollup, deltas_of(rows, hours), keys=keys, summed=summed)
 
 
 def _new_cells(
