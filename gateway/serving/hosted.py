@@ -6,10 +6,9 @@
              the endpoint's: chat and completions for OpenAI-wire providers
              (gateway/serving/chatwire.py), Responses, embeddings, Messages; else (chat
              of Anthropic, Gemini, Bedrock, Vertex…, or a target with ``via: litellm``)
-             litellm's completion, its usage
-             normalised (``gateway.usage.from_litellm``); Messages to a target that does
-             not speak Anthropic's wire is translated into that chat and back
-             (gateway/serving/translated.py), billed as the chat
+             litellm's completion, its usage normalised (``gateway.usage.from_litellm``);
+             Messages to a target that does not speak Anthropic's wire is translated
+             into that chat and back (gateway/serving/translated.py), billed as the chat
     open     the provider's own event stream, open once it answered 200; or litellm's
              stream, its first chunk read before the client sees a byte, so a provider
              that fails at once fails over like a non-streamed call
