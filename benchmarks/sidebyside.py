@@ -11,9 +11,15 @@ whole response at concurrency 1, time to the first streamed event (aiohttp, c=1)
 open-loop rate sweep for the highest rate held with p99 under 25 ms. Afterwards every
 request kvgate answered 200 must have its record, with usage and cost.
 
+kvgate's hosted path is measured too (unless --skip-hosted), in the same gateway process:
+a hosted deployment (``openai/bench`` with an ``api_base``) whose provider is the same
+nginx, standing in for any OpenAI-wire provider, served over the provider's own wire as
+the vLLM path is; every scenario but the sweep, printed beside the vLLM path's figures.
+
 Setup (Debian's wrk and nginx, LiteLLM in .venv-litellm): `make bench-deps`. Then
 
-    .venv/bin/python benchmarks/sidebyside.py [--duration 10] [--skip-litellm] [--json FILE]
+    .venv/bin/python benchmarks/sidebyside.py [--duration 10] [--skip-litellm] [--skip-hosted]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.load import (
     JSON_MODEL,
-    P99_LIMIT_MS,
     SSE_MODEL,
     Figures,
     Target,
@@ -51,6 +56,7 @@ from benchmarks.load import (
     wrk,
 )
 from benchmarks.overhead import scratch_database
+from benchmarks.sidebyside_table import SCENARIOS, hosted_table, table
 from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
 from tests.factories import config_file
@@ -70,6 +76,7 @@ ROOT = HERE.parent
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
 PRICE_MODEL = "kvgate/demo-llama-8b"  # pricing/catalog/demo.yaml
 PROMPT, CACHED, OUTPUT = 120, 96, 3  # the fixed replies' usage
+HOSTED_JSON, HOSTED_SSE = "bench-hosted-json", "bench-hosted-sse"
 GATEWAY_CORE, LOAD_CORE = 0, 1
 
 
@@ -198,17 +205,11 @@ def start_litellm(tmp: Path, upstream_json: str, upstream_sse: str, key: str) ->
     return Proc(process, url, log)
 
 
-SCENARIOS = (
-    "json c=1",
-    "json c=32",
-    "stream c=1, whole",
-    "stream c=1, first event",
-    f"open loop, p99<{P99_LIMIT_MS:.0f}ms",
-)
-
-
-def measure(target: Target, tmp: Path, args: argparse.Namespace) -> tuple[dict[str, Figures], int]:
-    """Every scenario against one target; also the 200s it answered, warm-ups included."""
+def measure(
+    target: Target, tmp: Path, args: argparse.Namespace, *, open_loop: bool = True
+) -> tuple[dict[str, Figures], int]:
+    """Every scenario against one target (the sweep only if ``open_loop``); also the 200s
+    it answered, warm-ups included."""
     print(f"measuring {target.name} ...", flush=True)
     seconds = args.duration
 
@@ -229,19 +230,23 @@ def measure(target: Target, tmp: Path, args: argparse.Namespace) -> tuple[dict[s
         SCENARIOS[2]: closed(stream=True, concurrency=1, seconds=seconds),
         SCENARIOS[3]: uvloop.run(first_event(target, seconds)),
     }
+    answered = sum(f.ok for f in warm) + sum(f.ok for f in figures.values())
+    if not open_loop:
+        return figures, answered
     # From a quarter of what one connection got (at most an eighth of the ceiling).
     start = args.sweep_start or max(5.0, min(args.sweep_max / 8, figures[SCENARIOS[0]].rps / 4))
     top, cpu, swept = sweep(target, args.sweep_step, round(start), args.sweep_max)
     figures[SCENARIOS[4]] = top
     top.note = ", ".join(filter(None, [top.note, f"load generator {cpu:.0%} of its core"]))
-    answered = sum(f.ok for f in warm) + sum(f.ok for f in list(figures.values())[:4]) + swept
-    return figures, answered
+    return figures, answered + swept
 
 
-def check_records(database_url: str, answered: int) -> dict[str, int | str]:
-    """Records in the scratch database against the 200s kvgate gave."""
+def check_records(
+    database_url: str, answered: int, models: tuple[str, ...] = (JSON_MODEL, SSE_MODEL)
+) -> dict[str, int | str]:
+    """Records of ``models`` in the scratch database against the 200s kvgate gave them."""
     engine = create_engine(normalise_url(database_url))
-    completed = RequestRow.status == "completed"
+    completed = (RequestRow.status == "completed") & RequestRow.model.in_(models)
     exact = (
         (RequestRow.uncached_tokens == PROMPT - CACHED)
         & (RequestRow.cache_read_tokens == CACHED)
@@ -249,12 +254,14 @@ def check_records(database_url: str, answered: int) -> dict[str, int | str]:
         & (RequestRow.cost_total > 0)
     )
     with engine.connect() as connection:
-        rows = connection.scalar(select(func.count()).select_from(RequestRow)) or 0
+        mine = RequestRow.model.in_(models)
+        rows = connection.scalar(select(func.count()).where(mine)) or 0
         done = connection.scalar(select(func.count()).where(completed)) or 0
         billed = connection.scalar(select(func.count()).where(completed & exact)) or 0
         replicas = func.count(func.distinct(RequestRow.upstream))
         routed = connection.execute(
             select(RequestRow.model, RequestRow.policy, replicas)
+            .where(mine)
             .group_by(RequestRow.model, RequestRow.policy)
             .order_by(RequestRow.model)
         ).all()
@@ -268,45 +275,6 @@ def check_records(database_url: str, answered: int) -> dict[str, int | str]:
         "missing": max(0, answered - billed),
         "replicas used": ", ".join(f"{model} {policy} {n} of 3" for model, policy, n in routed),
     }
-
-
-def ms(value: float) -> str:
-    return "-" if value != value else f"{value:.2f}"
-
-
-def table(results: dict[str, dict[str, Figures]]) -> str:
-    direct, gateway, litellm = (results.get(n) for n in ("direct", "kvgate", "litellm"))
-    head = f"{'scenario':<26}| {'direct p50':>10} {'p99':>7} {'req/s':>7} "
-    head += f"| {'kvgate p50':>10} {'p99':>7} {'req/s':>7} {'+p50':>6} "
-    head += f"| {'LiteLLM p50':>11} {'p99':>7} {'req/s':>7} {'+p50':>6} | kvgate vs LiteLLM"
-    lines = [head, "-" * len(head)]
-    for name in SCENARIOS:
-        d = direct[name] if direct else None
-        row = f"{name:<26}| "
-        row += f"{ms(d.p50_ms):>10} {ms(d.p99_ms):>7} {d.rps:>7.0f} " if d else " " * 27
-        for figures, width in ((gateway, 10), (litellm, 11)):
-            f = figures[name] if figures else None
-            if f is None:
-                row += "| " + " " * (width + 24)
-                continue
-            added = ms(f.p50_ms - d.p50_ms) if d and name != SCENARIOS[4] else "-"
-            row += f"| {ms(f.p50_ms):>{width}} {ms(f.p99_ms):>7} {f.rps:>7.0f} {added:>6} "
-        if gateway and litellm:
-            g, lt = gateway[name], litellm[name]
-            faster = (
-                f"p50 {lt.p50_ms / g.p50_ms:.1f}x lower, "
-                if name != SCENARIOS[4] and g.ok and lt.ok
-                else ""
-            )
-            rate = f"{g.rps / lt.rps:.1f}x" if lt.rps else "-"
-            row += f"| {faster}req/s {rate}"
-        lines.append(row.rstrip())
-    for who, figures in results.items():
-        for name, f in figures.items():
-            said = ", ".join(filter(None, [f.note, f"{f.errors} errors" if f.errors else ""]))
-            if said:
-                lines.append(f"  {who}, {name}: {said}")
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -326,6 +294,7 @@ def main() -> None:
     )
     parser.add_argument("--sweep-max", type=float, default=8000.0, help="highest rate tried")
     parser.add_argument("--skip-litellm", action="store_true", help="leave the LiteLLM proxy out")
+    parser.add_argument("--skip-hosted", action="store_true", help="leave kvgate's hosted path out")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
@@ -365,15 +334,37 @@ def main() -> None:
             {"name": name, "replicas": urls, "policy": "kv-aware", "price_model": PRICE_MODEL}
             for name, urls in ((JSON_MODEL, json_urls), (SSE_MODEL, sse_urls))
         ]
+        # The hosted path: nginx standing in for an OpenAI-wire provider (no key asked).
+        models += [
+            {
+                "name": name,
+                "backend": "litellm",
+                "litellm_model": "openai/bench",
+                "api_base": url + "/v1",
+                "price_model": PRICE_MODEL,
+            }
+            for name, url in ((HOSTED_JSON, json_urls[0]), (HOSTED_SSE, sse_urls[0]))
+        ]
         config = config_file(tmp / "kvgate.yaml", models)
         with on_core(GATEWAY_CORE):
             gateway = start_gateway(tmp, config, env, port=free_port())
         try:
             extra["kvgate_cores"] = sorted(cores_of_tree(gateway.process.pid))
             results["kvgate"], answered = measure(Target("kvgate", gateway.url, key), tmp, args)
+            hosted_answered = 0
+            if not args.skip_hosted:
+                hosted = Target("hosted", gateway.url, key, HOSTED_JSON, HOSTED_SSE)
+                results["kvgate hosted"], hosted_answered = measure(
+                    hosted, tmp, args, open_loop=False
+                )
             wait_recorded(gateway.url, timeout_s=120)
             records = check_records(database_url, answered)
             extra["records"] = records
+            if not args.skip_hosted:
+                hosted_records = check_records(
+                    database_url, hosted_answered, (HOSTED_JSON, HOSTED_SSE)
+                )
+                extra["hosted_records"] = hosted_records
             with contextlib.suppress(OSError), urlopen(gateway.url + "/metrics") as reply:
                 extra["kvgate_metrics_bytes"] = len(reply.read())
         finally:
@@ -402,12 +393,24 @@ def main() -> None:
         f" of them with the exact usage and a cost; missing: {records['missing']};"
         f" replicas used: {records['replicas used']}"
     )
+    if "kvgate hosted" in results:
+        print("\nkvgate's hosted path (nginx as an OpenAI-wire provider) beside its vLLM path:")
+        print(hosted_table(results))
+        said = extra["hosted_records"]
+        assert isinstance(said, dict)
+        print(
+            f"kvgate hosted records: {said['answered_200']} answered 200, {said['records']}"
+            f" records, {said['completed_with_usage_and_cost']} completed with the exact usage"
+            f" and a cost; missing: {said['missing']}"
+        )
     print(f"kvgate /metrics: {extra.get('kvgate_metrics_bytes', 'not served')} bytes")
     if args.json:
         figures = {who: {n: asdict(f) for n, f in r.items()} for who, r in results.items()}
         args.json.write_text(json.dumps({"figures": figures, **extra}, indent=2))
     shutil.rmtree(tmp, ignore_errors=True)  # kept when the run failed: its logs are there
-    if records["missing"]:
+    hosted_missing = extra.get("hosted_records", {"missing": 0})
+    assert isinstance(hosted_missing, dict)
+    if records["missing"] or hosted_missing["missing"]:
         sys.exit("some requests kvgate answered 200 have no complete record")
 
 

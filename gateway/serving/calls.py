@@ -11,6 +11,7 @@ import orjson
 
 from gateway.config import Deployment, ProviderDeployment, ProviderTarget
 from gateway.errors import InvalidRequest
+from gateway.serving.bases import speaks_completions
 
 MAX_NESTING = 254  # levels of JSON nesting orjson writes (it reads 1024)
 
@@ -40,7 +41,8 @@ class Endpoint(StrEnum):
 VLLM_SERVED: tuple[Endpoint, ...] = tuple(Endpoint)
 # What a hosted target serves beyond chat and Messages (which litellm translates for every
 # provider): the endpoints its provider speaks on its own wire, forwarded untranslated
-# (gateway/serving/passthrough.py). Counting Messages tokens is served only where the
+# (gateway/serving/passthrough.py), and /v1/completions where the provider serves it
+# (gateway/serving/bases.py). Counting Messages tokens is served only where the
 # provider counts them itself: litellm's counter is an approximation for the others.
 PROVIDER_WIRES: dict[str, tuple[Endpoint, ...]] = {
     "openai": (Endpoint.EMBEDDINGS, Endpoint.RESPONSES),
@@ -52,6 +54,8 @@ TRANSLATED: tuple[Endpoint, ...] = (Endpoint.CHAT, Endpoint.MESSAGES)
 def speaks(target: ProviderTarget) -> tuple[Endpoint, ...]:
     """The endpoints one hosted target serves: chat and Messages, and its provider's own."""
     own = PROVIDER_WIRES.get(target.provider, ())
+    if speaks_completions(target):
+        own = (Endpoint.COMPLETIONS, *own)
     return (*TRANSLATED, *(e for e in own if e not in TRANSLATED))
 
 

@@ -1,18 +1,23 @@
-"""Chat on a hosted provider's own OpenAI wire: the same aiohttp path as vLLM's, no litellm.
+"""Chat and completions on a hosted provider's own OpenAI wire: the same aiohttp path as
+vLLM's, no litellm.
 
-A target whose provider speaks OpenAI's ``/chat/completions`` (litellm's prefixes below, or
-``openai/`` with an ``api_base`` of any OpenAI-compatible server) is sent:
+A target whose provider speaks OpenAI's wire (gateway/serving/bases.py: litellm's prefixes,
+or ``openai/`` with an ``api_base`` of any OpenAI-compatible server) is sent:
 
-    body     the client's members in CHAT_PARAMETERS only (gateway/upstream/providers.py:
-             nothing else leaves the gateway, as on the litellm path), the provider's model
-             name, ``stream`` and, on streams, ``stream_options.include_usage`` forced on;
-             Anthropic-family models behind OpenRouter get the stable-prefix marks
-    url      ``api_base`` (else litellm's default base for the provider) + /chat/completions
+    body     the client's members in CHAT_PARAMETERS (gateway/upstream/providers.py:
+             nothing else leaves the gateway, as on the litellm path) or, for
+             ``/v1/completions``, COMPLETION_PARAMETERS (OpenAI's reference); the
+             provider's model name, ``stream`` and, on streams,
+             ``stream_options.include_usage`` forced on; Anthropic-family models behind
+             OpenRouter get the stable-prefix marks on chat
+    url      ``api_base`` (else litellm's default base for the provider) +
+             /chat/completions or /completions
     key      ``Authorization: Bearer`` the key named by ``api_key_env``
 
 The answer's usage is read in the provider's convention (``gateway.usage.openai_wire``:
 DeepSeek's hit/miss counts, OpenRouter's writes inside the prompt), its service tier billed.
-Anthropic, Gemini, Bedrock, Vertex and every other prefix stay on litellm, which translates.
+Anthropic, Gemini, Bedrock, Vertex and every other prefix stay on litellm for chat, which
+translates; they serve no ``/v1/completions``.
 """
 
 from __future__ import annotations
@@ -25,48 +30,59 @@ import orjson
 from gateway.accounting.records import Status
 from gateway.config import ProviderTarget, anthropic_family
 from gateway.serving.backend import Answer
+from gateway.serving.bases import openai_base
+from gateway.serving.calls import Endpoint
 from gateway.serving.context import Outcome
 from gateway.serving.vllm import VllmStream
 from gateway.upstream import sse
 from gateway.upstream.providers import CHAT_PARAMETERS, mark_stable_prefix, service_tier
 from gateway.usage import Usage, openai_wire
 
-# litellm's default ``api_base`` for each provider that speaks OpenAI's chat wire (read
-# from litellm's own source; ``hosted_vllm`` has none: it needs an ``api_base``).
-OPENAI_WIRE_BASES: dict[str, str | None] = {
-    "openai": "https://api.openai.com/v1",
-    "deepseek": "https://api.deepseek.com/beta",
-    "xai": "https://api.x.ai/v1",
-    "mistral": "https://api.mistral.ai/v1",
-    "moonshot": "https://api.moonshot.ai/v1",
-    "together_ai": "https://api.together.ai/v1",
-    "fireworks_ai": "https://api.fireworks.ai/inference/v1",
-    "groq": "https://api.groq.com/openai/v1",
-    "openrouter": "https://openrouter.ai/api/v1",
-    "hosted_vllm": None,
-}
-CHAT_PATH = "/chat/completions"
+OPENAI_PATHS = {Endpoint.CHAT: "/chat/completions", Endpoint.COMPLETIONS: "/completions"}
+OPENAI_WIRE = frozenset(OPENAI_PATHS)  # the endpoints served here
+# OpenAI's legacy completions parameters (its API reference): nothing else leaves the gateway.
+COMPLETION_PARAMETERS = frozenset(
+    {
+        "prompt",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+    }
+)
 
 
-def speaks_chat(target: ProviderTarget) -> bool:
-    """Whether the target's chat goes over its provider's own wire (not through litellm)."""
-    if target.via == "litellm" or target.provider not in OPENAI_WIRE_BASES:
-        return False
-    return (target.base_url or OPENAI_WIRE_BASES[target.provider]) is not None
+def chat_url(target: ProviderTarget, endpoint: Endpoint = Endpoint.CHAT) -> str:
+    """The target's ``/chat/completions`` (or ``/completions``)."""
+    base = openai_base(target)
+    assert base is not None  # served here only where the provider speaks the wire
+    return base + OPENAI_PATHS[endpoint]
 
 
-def chat_url(target: ProviderTarget) -> str:
-    """The target's ``/chat/completions``."""
-    base = target.base_url or OPENAI_WIRE_BASES[target.provider]
-    assert base is not None  # speaks_chat said so
-    return base + CHAT_PATH
-
-
-def chat_body(body: Mapping[str, Any], target: ProviderTarget, *, stream: bool) -> dict[str, Any]:
-    """The provider's chat body: the allowed parameters, its model name, usage asked for."""
-    sent = {k: v for k, v in body.items() if k in CHAT_PARAMETERS}
-    if target.cache_control and anthropic_family(target.litellm_model):
-        mark_stable_prefix(sent, target.cache_ttl)
+def chat_body(
+    body: Mapping[str, Any],
+    target: ProviderTarget,
+    endpoint: Endpoint = Endpoint.CHAT,
+    *,
+    stream: bool,
+) -> dict[str, Any]:
+    """The provider's body: the allowed parameters, its model name, usage asked for."""
+    if endpoint is Endpoint.CHAT:
+        sent = {k: v for k, v in body.items() if k in CHAT_PARAMETERS}
+        if target.cache_control and anthropic_family(target.litellm_model):
+            mark_stable_prefix(sent, target.cache_ttl)
+    else:
+        sent = {k: v for k, v in body.items() if k in COMPLETION_PARAMETERS}
     sent["model"] = target.provider_model
     if stream:
         sent["stream"] = True
@@ -82,7 +98,7 @@ def _finish(data: Mapping[str, Any]) -> str | None:
 
 
 def chat_answer(data: dict[str, Any], target: ProviderTarget) -> Answer:
-    """A complete chat answer, its usage in the provider's convention."""
+    """A complete chat (or completions) answer, its usage in the provider's convention."""
     upstream_usage = data.pop("usage", None)
     raw = upstream_usage if isinstance(upstream_usage, dict) else None
     return Answer(
@@ -98,9 +114,10 @@ def chat_answer(data: dict[str, Any], target: ProviderTarget) -> Answer:
 
 
 class ProviderChatStream(VllmStream):
-    """A provider's chat stream as vLLM's is passed on (usage chunk and ``[DONE]`` held),
-    read in the provider's convention; usage riding on a content chunk (DeepSeek's last) is
-    taken off it and held back as its own chunk, so the client sees only the billed one."""
+    """A provider's chat (or completions) stream as vLLM's is passed on (usage chunk and
+    ``[DONE]`` held), read in the provider's convention; usage riding on a content chunk
+    (DeepSeek's last) is taken off it and held back as its own chunk, so the client sees
+    only the billed one."""
 
     def __init__(self, upstream: Any, target: ProviderTarget, *, prompt_chars: int) -> None:
         super().__init__(upstream, prompt_chars=prompt_chars)
@@ -162,6 +179,10 @@ def _tier(event: bytes) -> str | None:
     return service_tier(chunk) if isinstance(chunk, dict) else None
 
 
+_EMPTY = (b'"delta":{}', b'"delta": {}', b'"text":""', b'"text": ""')
+
+
 def _empty_delta(event: bytes) -> bool:
-    """A chunk whose delta carries nothing generated (the one that only says why it ended)."""
-    return b'"delta":{}' in event or b'"delta": {}' in event
+    """A chunk whose delta (or completion text) carries nothing generated: the one that
+    only says why it ended."""
+    return any(empty in event for empty in _EMPTY)

@@ -3,18 +3,21 @@
     plan     the deployment's targets (primary, then fallbacks) that speak the endpoint,
              one attempt each; none: a 400 naming the endpoints the deployment serves
     send     the provider's own wire (gateway/serving/passthrough.py) where it speaks
-             the endpoint's: chat for OpenAI-wire providers (gateway/serving/chatwire.py),
-             Responses, embeddings, Messages; else (chat of Anthropic, Gemini, Bedrock,
-             Vertex…, or a target with ``via: litellm``) litellm's completion, its usage
-             normalised (``gateway.usage.from_litellm``); Messages to a target that does
-             not speak Anthropic's wire is translated into that chat and back
-             (gateway/serving/translated.py), billed as the chat
+             the endpoint's: chat and completions for OpenAI-wire providers
+             (gateway/serving/chatwire.py), Responses, embeddings, Messages; else (chat
+             of Anthropic, Gemini, Bedrock, Vertex…, or a target with ``via: litellm``)
+             litellm's completion, its usage normalised (``gateway.usage.from_litellm``);
+             Messages to a target that does not speak Anthropic's wire is translated
+             into that chat and back (gateway/serving/translated.py), billed as the chat
     open     the provider's own event stream, open once it answered 200; or litellm's
              stream, its first chunk read before the client sees a byte, so a provider
              that fails at once fails over like a non-streamed call
 
 A failed attempt (connect error, timeout, 429, 5xx) is recorded and the next target is
-tried as another attempt of the same interaction.
+tried as another attempt of the same interaction. A target whose connection failed before
+any byte of a reply (refused, or reset: most often a kept-alive connection the provider had
+closed) is tried once more, as the next attempt, before the one after it: nothing reached
+the client, and a new connection usually answers.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -33,23 +36,40 @@ from gateway.config import ProviderDeployment, ProviderTarget, Settings
 from gateway.errors import InvalidRequest, KvgateError
 from gateway.serving import replies
 from gateway.serving.backend import Answer
+from gateway.serving.bases import speaks_chat
 from gateway.serving.calls import Call, Endpoint, forwardable, served, speaks, translates
-from gateway.serving.chatwire import ProviderChatStream, speaks_chat
+from gateway.serving.chatwire import ProviderChatStream
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.passthrough import Passthrough
 from gateway.serving.translated import TranslatedStream, Translation
 from gateway.serving.wires import WireStream
 from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
+from gateway.upstream.vllm import UpstreamConnectError
 
 log = logging.getLogger("kvgate.providers")
 POLICY = "fallback"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Plan:
-    """The targets of one request, in the order they are tried."""
+    """The targets of one request, in the order they are tried, and the target of each
+    attempt: each target once, one that could not be reached twice in a row."""
 
     targets: tuple[ProviderTarget, ...]
+    tries: list[int] = field(init=False)  # attempt n goes to targets[tries[n - 1]]
+
+    def __post_init__(self) -> None:
+        self.tries = list(range(len(self.targets)))
+
+    def target(self, number: int) -> ProviderTarget:
+        """The target of attempt ``number``."""
+        return self.targets[self.tries[number - 1]]
+
+    def again(self, number: int) -> None:
+        """Attempt ``number``'s target is tried once more, as the next attempt (once)."""
+        tried = self.tries[number - 1]
+        if self.tries.count(tried) == 1:
+            self.tries.insert(number, tried)
 
 
 class HostedBackend:
@@ -85,8 +105,8 @@ class HostedBackend:
         return Plan(targets)
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
-        """Attempt ``number`` goes to the ``number``-th target."""
-        target = plan.targets[number - 1]
+        """Attempt ``number`` goes to its target in the plan."""
+        target = plan.target(number)
         return Attempt(
             request_id=ctx.attempt_id(number),
             number=number,
@@ -103,10 +123,14 @@ class HostedBackend:
     async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
         """One call on the provider's own wire, one litellm completion, or Messages as chat."""
         target = _target(attempt)
-        if translates(target, ctx.call.endpoint):
-            await self.translation.ready()
-            return await self.translation.send(ctx.call, target, self._send)
-        return await self._send(ctx.call, target)
+        try:
+            if translates(target, ctx.call.endpoint):
+                await self.translation.ready()
+                return await self.translation.send(ctx.call, target, self._send)
+            return await self._send(ctx.call, target)
+        except KvgateError as error:
+            _unreached(plan, attempt, error)
+            raise
 
     async def _send(self, call: Call, target: ProviderTarget) -> Answer:
         if _same_wire(call, target):
@@ -129,10 +153,14 @@ class HostedBackend:
         """The provider's own stream; one litellm stream, its first chunk already read; or
         either of those as Messages events."""
         target = _target(attempt)
-        if translates(target, ctx.call.endpoint):
-            await self.translation.ready()
-            return await self.translation.open(ctx.call, target, self._open)
-        return await self._open(ctx.call, target)
+        try:
+            if translates(target, ctx.call.endpoint):
+                await self.translation.ready()
+                return await self.translation.open(ctx.call, target, self._open)
+            return await self._open(ctx.call, target)
+        except KvgateError as error:
+            _unreached(plan, attempt, error)
+            raise
 
     async def _open(
         self, call: Call, target: ProviderTarget
@@ -152,8 +180,8 @@ class HostedBackend:
         """Nothing is held per attempt."""
 
     def can_retry(self, plan: Plan, attempt: Attempt) -> bool:
-        """Another target remains."""
-        return attempt.number < len(plan.targets)
+        """Another attempt is planned: the next target, or this one once more."""
+        return attempt.number < len(plan.tries)
 
     def exhausted(self, error: KvgateError) -> KvgateError:
         """The last target's failure, as the provider answered."""
@@ -163,6 +191,14 @@ class HostedBackend:
 def _same_wire(call: Call, target: ProviderTarget) -> bool:
     """Whether the call goes over the provider's own wire (everything but litellm's chat)."""
     return call.endpoint is not Endpoint.CHAT or speaks_chat(target)
+
+
+def _unreached(plan: Plan, attempt: Attempt, error: KvgateError) -> None:
+    """A connection that failed before any byte of a reply is worth once more on the same
+    target: the provider had most likely closed a kept-alive connection."""
+    cause = error if isinstance(error, UpstreamConnectError) else error.__cause__
+    if isinstance(cause, UpstreamConnectError) and not cause.answered:
+        plan.again(attempt.number)
 
 
 def _target(attempt: Attempt) -> ProviderTarget:

@@ -1,8 +1,9 @@
 """Hosted providers on their own wire, without litellm: the same-wire half of the hosted
 backend (gateway/serving/hosted.py), over the gateway's one aiohttp session.
 
-    OpenAI     /v1/chat/completions (and every provider   ``Authorization: Bearer KEY``
-               that speaks OpenAI's chat wire: gateway/serving/chatwire.py),
+    OpenAI     /v1/chat/completions, /v1/completions (and  ``Authorization: Bearer KEY``
+               every provider that speaks OpenAI's wire:
+               gateway/serving/chatwire.py),
                /v1/embeddings, /v1/responses
     Anthropic  /v1/messages, /v1/messages/count_tokens ``x-api-key: KEY``, the client's
                                                        ``anthropic-version`` (and betas)
@@ -32,7 +33,13 @@ from gateway.config import ProviderTarget
 from gateway.errors import UpstreamError
 from gateway.serving.backend import Answer
 from gateway.serving.calls import Call, Endpoint, forwardable
-from gateway.serving.chatwire import ProviderChatStream, chat_answer, chat_body, chat_url
+from gateway.serving.chatwire import (
+    OPENAI_WIRE,
+    ProviderChatStream,
+    chat_answer,
+    chat_body,
+    chat_url,
+)
 from gateway.serving.wires import PROVIDER_WIRES, WireStream
 from gateway.upstream.providers import ProviderFailure
 from gateway.upstream.vllm import UpstreamStream, json_object, post_json
@@ -108,9 +115,9 @@ class Passthrough:
     def _call(self, call: Call, target: ProviderTarget) -> tuple[str, bytes, dict[str, str]]:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
         headers = provider_headers(target, call, key)
-        if call.endpoint is Endpoint.CHAT:
-            body = chat_body(call.body, target, stream=call.stream)
-            return chat_url(target), forwardable(body), headers
+        if call.endpoint in OPENAI_WIRE:
+            body = chat_body(call.body, target, call.endpoint, stream=call.stream)
+            return chat_url(target, call.endpoint), forwardable(body), headers
         return (
             provider_url(target, call.endpoint),
             provider_body(call.body, target.provider_model),
@@ -128,7 +135,7 @@ class Passthrough:
         data = json_object(reply.body)
         if reply.status != 200 or data is None:
             raise rejection(reply.status, reply.body, target.litellm_model)
-        if call.endpoint is Endpoint.CHAT:
+        if call.endpoint in OPENAI_WIRE:
             return chat_answer(data, target)
         return Answer.of(data, PROVIDER_WIRES[call.endpoint])
 
@@ -145,6 +152,6 @@ class Passthrough:
             raw = await upstream.read_all()
             await upstream.close()
             raise rejection(status, raw, target.litellm_model)
-        if call.endpoint is Endpoint.CHAT:
+        if call.endpoint in OPENAI_WIRE:
             return ProviderChatStream(upstream, target, prompt_chars=call.prompt_chars)
         return WireStream(upstream, PROVIDER_WIRES[call.endpoint], prompt_chars=call.prompt_chars)

@@ -22,10 +22,14 @@ from gateway.errors import UpstreamError
 class UpstreamConnectError(UpstreamError):
     """The replica could not be reached or dropped the connection before answering.
 
-    No byte reached the client, so another replica can serve the request.
+    No byte reached the client, so another replica can serve the request. ``answered``:
+    the reply's status had come when the connection broke (its body had not); else no
+    byte of a reply came (refused, or a kept-alive connection the upstream had closed), so
+    the same upstream may well answer on a new connection.
     """
 
     retryable = True
+    answered = False
 
 
 def make_session(*, limit: int = 0) -> aiohttp.ClientSession:
@@ -51,10 +55,14 @@ class UpstreamReply:
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
-def _failure(url: str, exc: aiohttp.ClientError | TimeoutError) -> UpstreamError:
+def _failure(
+    url: str, exc: aiohttp.ClientError | TimeoutError, *, answered: bool = False
+) -> UpstreamError:
     """A failed POST as the gateway's error: unreachable (retryable), timed out, or other."""
     if isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
-        return UpstreamConnectError(f"upstream unreachable: {url}: {exc}")
+        error = UpstreamConnectError(f"upstream unreachable: {url}: {exc}")
+        error.answered = answered
+        return error
     if isinstance(exc, TimeoutError):
         return UpstreamError(f"upstream timed out: {url}")
     return UpstreamError(f"upstream error: {url}: {exc}")
@@ -83,12 +91,14 @@ async def post_json(
 ) -> UpstreamReply:
     """POST a JSON body and read the whole reply."""
     sent = _headers(headers)
+    answered = False
     try:
         async with session.post(url, data=body, headers=sent, timeout=timeout) as reply:
+            answered = True
             data = await reply.read()
             return UpstreamReply(reply.status, data, reply.content_type)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise _failure(url, exc) from exc
+        raise _failure(url, exc, answered=answered) from exc
 
 
 class UpstreamStream:

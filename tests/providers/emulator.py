@@ -10,9 +10,9 @@ case by the model it asks for (in the body, or in the URL for Gemini):
 - a case whose name contains ``-error-NNN`` answers with status NNN and its ``.json`` body;
 - ``fixtures/<case>.count.json``: Anthropic's ``/v1/messages/count_tokens`` answer.
 
-OpenAI's routes are under ``/v1`` (``/v1/chat/completions``, ``/v1/embeddings``,
-``/v1/responses``), Anthropic's at ``/v1/messages`` and ``/v1/messages/count_tokens``,
-Gemini's under ``/v1beta/models``.
+OpenAI's routes are under ``/v1`` (``/v1/chat/completions``, ``/v1/completions``,
+``/v1/embeddings``, ``/v1/responses``), Anthropic's at ``/v1/messages`` and
+``/v1/messages/count_tokens``, Gemini's under ``/v1beta/models``.
 
 Every request body received is kept in ``requests``, so tests can check what was sent.
 Run it alone with ``python -m tests.providers.emulator --port N``.
@@ -50,6 +50,7 @@ class Emulator:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/completions", self._openai)
         app.router.add_post("/v1/embeddings", self._openai)
         app.router.add_post("/v1/responses", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)

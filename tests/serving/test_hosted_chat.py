@@ -254,7 +254,9 @@ async def test_the_same_wire_sends_the_allowed_parameters_with_the_operators_key
 async def test_500_429_and_a_refused_connection_fail_over_before_the_first_byte(
     via: str, hosted: Hosted
 ) -> None:
-    """Four targets: a 500, a 429, a closed port, then one that answers; four records."""
+    """Four targets: a 500, a 429, a closed port, then one that answers. The closed port is
+    tried twice on the provider's own wire (a connection that fails before any byte is
+    tried once more on the same target); litellm's connection error is not told apart."""
     for stream in (False, True):
         client = hosted.client()
         if stream:
@@ -274,13 +276,14 @@ async def test_500_429_and_a_refused_connection_fail_over_before_the_first_byte(
             text = raw.parse().choices[0].message.content or ""
         assert text == TEXT
         rows = await hosted.gateway.attempts(request_id)
+        refused = 2 if via == "auto" else 1
         assert [(r.attempt, r.status, r.upstream, r.cost_total) for r in rows] == [
             (1, "failed", "openai/openai-error-500", D("0E-9")),
             (2, "failed", "openai/openai-error-429", D("0E-9")),
-            (3, "failed", "openai/openai-cached", D("0E-9")),
-            (4, "completed", "openai/openai-cached", D("0.001104000")),
+            *[(n, "failed", "openai/openai-cached", D("0E-9")) for n in range(3, 3 + refused)],
+            (3 + refused, "completed", "openai/openai-cached", D("0.001104000")),
         ]
-        assert all(r.error for r in rows[:3])
+        assert all(r.error for r in rows[:-1])
 
 
 @pytest.mark.parametrize("via", VIAS)

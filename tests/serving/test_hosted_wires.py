@@ -390,7 +390,13 @@ async def test_a_429_fails_over_to_the_next_target_on_the_responses_wire(hosted:
 # -- what a deployment serves ------------------------------------------------------------
 
 
-OPENAI_SERVED = ["/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/messages"]
+OPENAI_SERVED = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/messages",
+]
 
 
 async def test_an_endpoint_no_target_speaks_is_a_400_in_its_shape_naming_what_is_served(
@@ -405,7 +411,8 @@ async def test_an_endpoint_no_target_speaks_is_a_400_in_its_shape_naming_what_is
         "error": {
             "type": "invalid_request_error",
             "message": "model 'gpt' is not served on /v1/messages/count_tokens; it is served "
-            "on /v1/chat/completions, /v1/embeddings, /v1/responses, /v1/messages",
+            "on /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, "
+            "/v1/messages",
         },
     }
     with pytest.raises(openai.BadRequestError) as on_responses:
