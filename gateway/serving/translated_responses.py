@@ -66,7 +66,17 @@ class ResponsesDialect:
                 "translated and none is stored; send the conversation so far as input",
                 param="previous_response_id",
             )
-        return self.adapter.to_chat(body, target)
+        chat, asked = self.adapter.to_chat(body, target)
+        for tool in chat.get("tools") or ():
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                kind = tool.get("type") if isinstance(tool, dict) else tool
+                raise InvalidRequest(
+                    f"tool of type {kind!r} cannot be used on model '{body.get('model')}': its "
+                    f"target {target.litellm_model} speaks only chat, which runs functions only",
+                    param="tools",
+                )
+        return chat, asked
 
     def answer(self, chat: Answer, asked: ResponsesAsked) -> Answer:
         """The chat answer as a Response; billed as the chat was."""
