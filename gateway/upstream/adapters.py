@@ -163,7 +163,7 @@ class ResponsesAdapter:
             chat = bridge.transform_responses_api_request_to_chat_completion_request(
                 model=target.provider_model,
                 input=asked.input,
-                responses_api_request=asked.parameters,
+                responses_api_request=asked.parameters,  # type: ignore[arg-type]
                 custom_llm_provider=target.provider,
                 stream=None,
             )
@@ -186,7 +186,7 @@ class ResponsesAdapter:
         translated = bridge.transform_chat_completion_response_to_responses_api_response(
             request_input=asked.input,
             chat_completion_response=response,
-            responses_api_request=asked.parameters,
+            responses_api_request=asked.parameters,  # type: ignore[arg-type]
         )
         return dump(translated)
 
@@ -203,7 +203,7 @@ class ResponsesAdapter:
 
         events = LiteLLMCompletionStreamingIterator(
             model=asked.model,
-            litellm_custom_stream_wrapper=_ChatChunks(chunks, ModelResponseStream),  # type: ignore[arg-type]
+            litellm_custom_stream_wrapper=_ChatChunks(chunks, ModelResponseStream),
             request_input=asked.input,
             responses_api_request=asked.parameters,  # type: ignore[arg-type]
             custom_llm_provider=asked.provider,
