@@ -30,6 +30,7 @@ from gateway.upstream import sse
 
 MARK = "_k"  # between the upstream's id and its tag
 TAG_CHARS = 20  # hex characters: 80 bits, not to be guessed by trying
+ID_FIRST = b'{"id":"'  # how a Response starts, as vLLM, OpenAI and orjson write it
 
 
 class ResponseIds:
@@ -67,9 +68,8 @@ class ResponseIds:
             response.body_iterator = self._events(response.body_iterator, tenant_id, swaps)
             return response
         body = bytes(response.body)
-        data = orjson.loads(body) if body else None
-        found = data.get("id") if isinstance(data, dict) else None
-        if isinstance(found, str):
+        found = _answer_id(body)
+        if found is not None:
             swaps.append((_quoted(found), _quoted(self.tag(tenant_id, found))))
         for old, new in swaps:
             body = body.replace(old, new)
@@ -94,6 +94,17 @@ class ResponseIds:
                 yield chunk
         finally:
             await events.aclose()
+
+
+def _answer_id(body: bytes) -> str | None:
+    """A whole Response's id: read where the gateway writes it (first), else parsed out."""
+    if body.startswith(ID_FIRST):
+        end = body.find(b'"', len(ID_FIRST))
+        if end > 0 and b"\\" not in body[len(ID_FIRST) : end]:
+            return body[len(ID_FIRST) : end].decode()
+    data = orjson.loads(body) if body else None
+    found = data.get("id") if isinstance(data, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _quoted(text: str) -> bytes:

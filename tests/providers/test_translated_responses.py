@@ -260,9 +260,11 @@ def test_a_providers_429_is_a_429_in_openais_shape(stack: Stack) -> None:
 def test_previous_response_id_is_refused_where_nothing_is_stored(stack: Stack) -> None:
     """A translated target keeps no responses: a follow-up is a 400 saying so, not an
     answer without the conversation it continues."""
+    first = client(stack).responses.create(model="groq", input=QUESTION, store=True)
+    assert first.store is False
     with pytest.raises(openai.BadRequestError) as refused:
         client(stack).responses.create(
-            model="groq", input="And of Spain?", previous_response_id="resp_earlier"
+            model="groq", input="And of Spain?", previous_response_id=first.id
         )
     error = refused.value.body
     assert error["param"] == "previous_response_id"  # type: ignore[index]
