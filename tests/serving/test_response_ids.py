@@ -11,7 +11,9 @@ from typing import Any
 import openai
 import pytest
 
+from gateway.api.response_ids import ResponseIds
 from gateway.db.session import make_engine
+from gateway.errors import ResponseNotFound
 from gateway.tools.sim.server import SimConfig
 from gateway.tools.sim.server import create_app as sim_app
 from gateway.tools.sim.timing import TimingModel
@@ -114,3 +116,18 @@ async def test_openais_stored_responses_are_the_tenants_own(harness: Harness) ->
     await refused(gateway, globex, first.id, model="gpt")
     await refused(gateway, globex, UPSTREAM_ID, model="gpt")
     assert len(emulator.requests) == 2  # neither reached the provider
+
+
+def test_a_tag_is_the_tenants_and_the_secrets() -> None:
+    """Another tenant, another secret, a changed character: each is a 404; an upstream id
+    that itself holds the mark is untagged whole."""
+    ids = ResponseIds("s" * 32)
+    mine = ids.tag("ten_a", "resp_x_k1")
+    assert mine.startswith("resp_x_k1_k") and ids.untag("ten_a", mine) == "resp_x_k1"
+    assert ids.tag("ten_a", "resp_x_k1") == mine  # nothing kept: the same tag every time
+    assert ids.tag("ten_b", "resp_x_k1") != mine
+    assert ResponseIds("t" * 32).tag("ten_a", "resp_x_k1") != mine
+    flipped = mine[:-1] + ("0" if mine[-1] != "0" else "1")
+    for wrong in (("ten_b", mine), ("ten_a", flipped), ("ten_a", "resp_x_k1"), ("ten_a", "")):
+        with pytest.raises(ResponseNotFound):
+            ids.untag(*wrong)
