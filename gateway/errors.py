@@ -96,6 +96,10 @@ class ResponseUnavailable(InvalidRequest, status=404, code="previous_response_un
     """A ``previous_response_id`` whose replica (which alone holds it) is gone."""
 
 
+class ResponseNotFound(InvalidRequest, status=404, code="previous_response_not_found"):
+    """A ``previous_response_id`` the caller's tenant was not given (api/response_ids.py)."""
+
+
 class UpstreamRejected(InvalidRequest):
     """The upstream refused the request (a 4xx): its status and message, in our shape."""
 

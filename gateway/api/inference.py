@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.api.calls import Call, Endpoint, interaction_id, parse_body, parse_call
+from gateway.api.response_ids import ResponseIds
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
@@ -85,8 +86,29 @@ async def _inference(request: Request, endpoint: Endpoint) -> Response:
     principal = await authenticate(request)
     state.recorder.check_accepting()  # 503 now rather than an answer with no record
     call = await parse(request, endpoint)
+    if endpoint is Endpoint.RESPONSES:
+        return await _responses(request, principal, call)
+    return await _serve(request, principal, call)
+
+
+async def _serve(request: Request, principal: Principal, call: Call) -> Response:
+    state = request.app.state
     deployment = look_up(state.deployments, call.model)
     return await state.serving.serve(context_of(request, principal, deployment, call))  # type: ignore[no-any-return]
+
+
+async def _responses(request: Request, principal: Principal, call: Call) -> Response:
+    """A Responses call whose response ids are the tenant's own: a follow-up's checked and
+    untagged before serving, the answer's tagged (gateway/api/response_ids.py)."""
+    ids = ResponseIds(request.app.state.settings.secret)
+    previous = call.body.get("previous_response_id")
+    followed = None
+    if isinstance(previous, str) and previous:
+        upstream = ids.untag(principal.tenant_id, previous)
+        call.body["previous_response_id"] = upstream
+        followed = (upstream, previous)
+    response = await _serve(request, principal, call)
+    return ids.tagged(response, principal.tenant_id, followed)
 
 
 async def authenticate(request: Request) -> Principal:

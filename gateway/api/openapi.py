@@ -266,7 +266,8 @@ def _paths(models: list[str], text_models: list[str]) -> dict[str, Any]:
             stream=False,
         ),
         "/v1/responses": _inference(
-            "OpenAI Responses API, routed and priced (vLLM deployments)",
+            "OpenAI Responses API, routed and priced (every model: translated into chat for "
+            "hosted ones whose provider does not speak it)",
             "ResponsesRequest",
             "Response",
             {
@@ -275,7 +276,8 @@ def _paths(models: list[str], text_models: list[str]) -> dict[str, Any]:
             },
         ),
         "/v1/messages": _inference(
-            "Anthropic Messages API, routed and priced (vLLM deployments)",
+            "Anthropic Messages API, routed and priced (every model: translated into chat for "
+            "hosted ones whose provider does not speak it)",
             "MessagesRequest",
             "Message",
             {"plain": {"value": {**ANTHROPIC_EXAMPLE, "model": text_model, "max_tokens": 8}}},
@@ -395,13 +397,15 @@ def _schemas(models: list[str], text_models: list[str]) -> dict[str, Any]:
         "ResponsesRequest": _object(
             ["model", "input"],
             {
-                "model": _model(text_models),
+                "model": _model(models),
                 "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": ITEM}]},
                 "instructions": {"type": "string"},
                 "stream": {"type": "boolean"},
                 "previous_response_id": {
                     "type": "string",
-                    "description": "Served by the replica that stored it; a 404 if it is gone.",
+                    "description": "An id this tenant was given, served where it is stored; "
+                    "a 404 if it is gone or not the tenant's (`previous_response_not_found`), "
+                    "a 400 on a model that stores nothing (translated into chat).",
                 },
                 "max_output_tokens": _token_limit("max_output_tokens"),
             },
@@ -409,7 +413,7 @@ def _schemas(models: list[str], text_models: list[str]) -> dict[str, Any]:
         "MessagesRequest": _object(
             ["model", "messages", "max_tokens"],
             {
-                **_anthropic(text_models),
+                **_anthropic(models),
                 "max_tokens": _token_limit("max_tokens"),
                 "stream": {"type": "boolean"},
             },

@@ -291,6 +291,24 @@ RESPONSE_ITEM = variants(
         ),
     },
 )
+# Tools are checked by their 'type'; the built-in ones (web_search, file_search…) pass to
+# the upstream, which checks them.
+RESPONSE_TOOL = variants(
+    obj({"type": string()}, required=("type",), what="a tool (an object with 'type')"),
+    "type",
+    {
+        "function": obj(
+            {
+                "type": string(),
+                "name": string(),
+                "description": nullable(string()),
+                "parameters": nullable(obj({})),
+                "strict": nullable(boolean()),
+            },
+            required=("type", "name"),
+        ),
+    },
+)
 RESPONSES = obj(
     {
         "model": string(),
@@ -306,7 +324,7 @@ RESPONSES = obj(
         "max_output_tokens": nullable(TOKEN_LIMIT),
         "temperature": nullable(number()),
         "top_p": nullable(number()),
-        "tools": nullable(array(obj({"type": string()}, required=("type",)), "an array of tools")),
+        "tools": nullable(array(RESPONSE_TOOL, "an array of tools")),
         "metadata": nullable(METADATA),
         "user": nullable(string()),
         "cache_salt": nullable(string()),

@@ -39,20 +39,20 @@ class Endpoint(StrEnum):
 
 # The endpoints a vLLM deployment serves: every wire, vLLM serves them all itself.
 VLLM_SERVED: tuple[Endpoint, ...] = tuple(Endpoint)
-# What a hosted target serves beyond chat and Messages (which litellm translates for every
-# provider): the endpoints its provider speaks on its own wire, forwarded untranslated
-# (gateway/serving/passthrough.py), and /v1/completions where the provider serves it
-# (gateway/serving/bases.py). Counting Messages tokens is served only where the
+# What a hosted target serves beyond chat, Messages and Responses (which litellm translates
+# for every provider): the endpoints its provider speaks on its own wire, forwarded
+# untranslated (gateway/serving/passthrough.py), and /v1/completions where the provider
+# serves it (gateway/serving/bases.py). Counting Messages tokens is served only where the
 # provider counts them itself: litellm's counter is an approximation for the others.
 PROVIDER_WIRES: dict[str, tuple[Endpoint, ...]] = {
     "openai": (Endpoint.EMBEDDINGS, Endpoint.RESPONSES),
     "anthropic": (Endpoint.MESSAGES, Endpoint.COUNT_TOKENS),
 }
-TRANSLATED: tuple[Endpoint, ...] = (Endpoint.CHAT, Endpoint.MESSAGES)
+TRANSLATED: tuple[Endpoint, ...] = (Endpoint.CHAT, Endpoint.MESSAGES, Endpoint.RESPONSES)
 
 
 def speaks(target: ProviderTarget) -> tuple[Endpoint, ...]:
-    """The endpoints one hosted target serves: chat and Messages, and its provider's own."""
+    """The endpoints one hosted target serves: chat, Messages, Responses, its provider's own."""
     own = PROVIDER_WIRES.get(target.provider, ())
     if speaks_completions(target):
         own = (Endpoint.COMPLETIONS, *own)
@@ -60,9 +60,10 @@ def speaks(target: ProviderTarget) -> tuple[Endpoint, ...]:
 
 
 def translates(target: ProviderTarget, endpoint: Endpoint) -> bool:
-    """Whether ``endpoint`` reaches ``target`` as chat, translated (Messages of a provider
-    that does not speak Anthropic's wire: gateway/serving/translated.py)."""
-    return endpoint is Endpoint.MESSAGES and endpoint not in PROVIDER_WIRES.get(target.provider, ())
+    """Whether ``endpoint`` reaches ``target`` as chat, translated (Messages or Responses of
+    a provider that does not speak that wire itself: gateway/serving/translated.py)."""
+    own = PROVIDER_WIRES.get(target.provider, ())
+    return endpoint in (Endpoint.MESSAGES, Endpoint.RESPONSES) and endpoint not in own
 
 
 def served(deployment: Deployment | ProviderDeployment) -> tuple[Endpoint, ...]:

@@ -187,7 +187,15 @@ RICH_RESPONSES = {
     "max_output_tokens": 2,
     "temperature": 0.5,
     "top_p": 1.0,
-    "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Look it up.",
+            "parameters": {"type": "object"},
+            "strict": False,
+        }
+    ],
     "metadata": {"interaction_id": "json-types"},
     "user": "user-1",
     "cache_salt": "my-salt",

@@ -90,7 +90,15 @@ def test_the_schema_documents_every_endpoint(stack: Stack) -> None:
     # And /v1/models says so, model by model.
     auth = {"Authorization": f"Bearer {stack.keys['alpha']}"}
     for model, endpoints in (
-        ("claude", ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"]),
+        (
+            "claude",
+            [
+                "/v1/chat/completions",
+                "/v1/responses",
+                "/v1/messages",
+                "/v1/messages/count_tokens",
+            ],
+        ),
         ("kvgate/demo-llama-8b", [e.value for e in Endpoint]),
     ):
         status, _, body = call(f"{stack.url}/v1/models/{model}", headers=auth)

@@ -397,6 +397,13 @@ OPENAI_SERVED = [
     "/v1/responses",
     "/v1/messages",
 ]
+# Anthropic's own Messages wire, and Responses translated into its chat.
+ANTHROPIC_SERVED = [
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+]
 
 
 async def test_an_endpoint_no_target_speaks_is_a_400_in_its_shape_naming_what_is_served(
@@ -415,19 +422,19 @@ async def test_an_endpoint_no_target_speaks_is_a_400_in_its_shape_naming_what_is
             "/v1/messages",
         },
     }
-    with pytest.raises(openai.BadRequestError) as on_responses:
-        await hosted.openai().responses.create(model="claude", input="x")
-    assert on_responses.value.body["param"] == "model"  # type: ignore[index]
-    assert on_responses.value.body["message"] == (  # type: ignore[index]
-        "model 'claude' is not served on /v1/responses; it is served on "
-        "/v1/chat/completions, /v1/messages, /v1/messages/count_tokens"
+    with pytest.raises(openai.BadRequestError) as on_embeddings:
+        await hosted.openai().embeddings.create(model="claude", input="x")
+    assert on_embeddings.value.body["param"] == "model"  # type: ignore[index]
+    assert on_embeddings.value.body["message"] == (  # type: ignore[index]
+        "model 'claude' is not served on /v1/embeddings; it is served on "
+        "/v1/chat/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens"
     )
     assert hosted.emulator.requests == []
     async with hosted.gateway.http(hosted.key) as http:
         listed = (await http.get("/v1/models")).json()["data"]
     assert {m["id"]: m["endpoints"] for m in listed} == {
-        "claude": ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"],
-        "claude-retry": ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"],
+        "claude": ANTHROPIC_SERVED,
+        "claude-retry": ANTHROPIC_SERVED,
         "gpt": OPENAI_SERVED,
         "gpt-retry": OPENAI_SERVED,
         "embed": OPENAI_SERVED,
