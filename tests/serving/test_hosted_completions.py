@@ -252,7 +252,7 @@ async def test_bad_input_is_a_400(hosted: Hosted) -> None:
         await client.completions.create(model="claude", prompt=PROMPT)
     assert unserved.value.body == {
         "message": "model 'claude' is not served on /v1/completions; it is served on "
-        "/v1/chat/completions, /v1/messages, /v1/messages/count_tokens",
+        "/v1/chat/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens",
         "type": "invalid_request_error",
         "param": "model",
         "code": None,
