@@ -1,0 +1,273 @@
+"""Rate limits admitted from leases (gateway/serving/rates.py on leases.py), in process on
+real SQLite and Postgres: two workers on one database never admit more than a minute's
+requests, whatever the concurrency; a steady-state admission and settlement make no
+database round trip (statements counted on the engine); the next minute's slice is taken
+before it begins, and the last minute's given back; an idle slice goes back; the headers
+and refusals are the ones clients know."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from gateway.auth import Principal
+from gateway.budgets import parse_scope
+from gateway.config import Deployment
+from gateway.db import spend
+from gateway.db.session import make_engine, session_factory, transaction
+from gateway.errors import RateLimited
+from gateway.mirror import Mirror
+from gateway.serving.admission import Admission, Admitted
+from gateway.serving.calls import Call, Endpoint
+from gateway.serving.context import Context
+from gateway.serving.leases import IDLE_S
+from tests.factories import Tenant, tenants
+
+NOON = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
+
+
+@dataclass
+class Clock:
+    """The admissions' time: set by the test."""
+
+    at: datetime = NOON
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+def _limit(engine: Engine, requests: int | None, tokens: int | None = None) -> Tenant:
+    [acme] = tenants(engine, "acme").values()
+    with transaction(session_factory(engine)) as session:
+        spend.set_limit(
+            session,
+            scope=parse_scope("tenant:acme"),
+            requests_per_minute=requests,
+            tokens_per_minute=tokens,
+        )
+    return acme
+
+
+def _worker(engine: Engine, clock: Clock) -> Admission:
+    """One worker's admission, following the limits in the database."""
+    factory = session_factory(engine)
+    with factory() as session:
+        revision, limits = spend.load_limits(session)
+    mirror = Mirror("limits", lambda: (revision, limits), limits)
+    budgets: Mirror[tuple[Any, ...]] = Mirror("budgets", lambda: (0, ()), ())
+    # No budget applies: the ledger's prices are never asked for.
+    ledger: Any = SimpleNamespace(book=None)
+    return Admission(sessions=factory, ledger=ledger, budgets=budgets, limits=mirror, clock=clock)
+
+
+def _ctx(tenant: Tenant, number: int) -> Context:
+    call = Call(
+        endpoint=Endpoint.CHAT,
+        model="m",
+        body={"max_tokens": 8},
+        stream=False,
+        client_wants_usage=False,
+        client_salt=None,
+        interaction_hint=None,
+        prompt_chars=5,
+    )
+    return Context(
+        request_id=f"req_{number}",
+        interaction_id=f"req_{number}",
+        principal=Principal(tenant.id, tenant.name, tenant.key_id, "scope"),
+        deployment=Deployment(name="m", replicas=("http://127.0.0.1:9",)),  # type: ignore[arg-type]
+        call=call,
+    )
+
+
+class Statements:
+    """Statements an engine runs, from any thread."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.seen: list[str] = []
+        self.engine = engine
+        event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        self.seen.append(args[2])
+
+    def take(self) -> list[str]:
+        seen, self.seen = self.seen, []
+        return seen
+
+
+def _counter(engine: Engine, name: str, start: datetime) -> tuple[Decimal, Decimal]:
+    with session_factory(engine)() as session:
+        return spend.counter(session, name, start)
+
+
+def _tokens(admitted: Admitted, tokens: int) -> None:
+    """As if the request's one record said it took ``tokens`` (prompt and output)."""
+    admitted.tokens += tokens
+
+
+def test_two_workers_never_admit_more_than_a_minutes_requests(engine: Engine) -> None:
+    """200 requests at once over two workers sharing the database, 25 a minute: exactly 25
+    admitted (both keep busy, so each uses all it holds), every other one a 429."""
+    acme = _limit(engine, 25)
+    clock = Clock()
+    workers = [_worker(engine, clock), _worker(engine, clock)]
+
+    async def one(number: int) -> int:
+        try:
+            await workers[number % 2].admit(_ctx(acme, number))
+        except RateLimited as refused:
+            assert refused.headers["x-ratelimit-limit-requests"] == "25"
+            return 429
+        return 200
+
+    async def run() -> list[int]:
+        statuses = await asyncio.gather(*(one(n) for n in range(200)))
+        for worker in workers:
+            await worker.flush()
+        return list(statuses)
+
+    statuses = asyncio.run(run())
+    assert (statuses.count(200), statuses.count(429)) == (25, 175)
+    [limit] = workers[0].rules.limits
+    requests, _ = spend.window_counters(limit.id)
+    spent, reserved = _counter(engine, requests, NOON.replace(second=0))
+    assert spent == 25 and spent + reserved <= 25
+
+
+def test_a_steady_admission_makes_no_database_round_trip(engine: Engine) -> None:
+    """Once the worker holds its slices, 40 admissions and settlements run no statement;
+    the next flush writes what they counted (requests and tokens) into the minute."""
+    acme = _limit(engine, 1000, 1_000_000)
+    clock = Clock()
+    worker = _worker(engine, clock)
+    statements = Statements(engine)
+
+    async def run() -> list[dict[str, str]]:
+        await worker.admit(_ctx(acme, 0))  # the first takes the slices: a sync each
+        assert statements.take() != []
+        headers = []
+        for number in range(1, 41):
+            admitted = await worker.admit(_ctx(acme, number))
+            _tokens(admitted, 30)
+            await worker.settle(admitted)
+            headers.append(admitted.headers)
+        assert statements.take() == []
+        await worker.flush()
+        return headers
+
+    headers = asyncio.run(run())
+    assert [h["x-ratelimit-remaining-requests"] for h in headers[:3]] == ["998", "997", "996"]
+    # Each request's headers count the tokens settled before it: 30 per request.
+    assert [h["x-ratelimit-remaining-tokens"] for h in headers[:3]] == [
+        "1000000",
+        "999970",
+        "999940",
+    ]
+    assert headers[0]["x-ratelimit-reset-requests"] == "30.000s"
+    [limit] = worker.rules.limits
+    requests, tokens = spend.window_counters(limit.id)
+    minute = NOON.replace(second=0)
+    assert _counter(engine, requests, minute)[0] == 41
+    assert _counter(engine, tokens, minute)[0] == 40 * 30
+
+
+def test_the_next_minutes_slice_is_taken_before_it_begins(engine: Engine) -> None:
+    """A worker busy at 12:00:59.9 holds a slice of 12:01 by then: its first request at
+    12:01 makes no round trip and counts in the new minute; 12:00's slice goes back."""
+    acme = _limit(engine, 10)
+    clock = Clock(NOON.replace(second=59, microsecond=900_000))
+    worker = _worker(engine, clock)
+    statements = Statements(engine)
+    [limit] = worker.rules.limits
+    requests, _ = spend.window_counters(limit.id)
+    before, after = NOON.replace(second=0), NOON.replace(minute=1, second=0)
+
+    async def run() -> Admitted:
+        for number in range(10):
+            await worker.admit(_ctx(acme, number))
+        with pytest.raises(RateLimited) as refused:
+            await worker.admit(_ctx(acme, 10))
+        assert refused.value.headers["retry-after"] == "1"
+        assert refused.value.headers["x-ratelimit-remaining-requests"] == "0"
+        await worker.flush()  # 0.1 s before 12:01: its slice is taken now
+        clock.at = after + timedelta(milliseconds=50)
+        statements.take()
+        admitted = await worker.admit(_ctx(acme, 11))
+        assert statements.take() == []
+        await worker.flush()
+        return admitted
+
+    admitted = asyncio.run(run())
+    assert admitted.headers["x-ratelimit-remaining-requests"] == "9"
+    assert admitted.headers["x-ratelimit-reset-requests"] == "59.950s"
+    assert _counter(engine, requests, before) == (Decimal(10), Decimal(0))
+    spent, reserved = _counter(engine, requests, after)
+    assert spent == 1 and 0 < reserved <= 9
+
+
+def test_an_idle_slice_goes_back_to_the_minute(engine: Engine) -> None:
+    """Unused for a second, a worker's slice is returned: another worker can admit the
+    whole rest of the minute."""
+    acme = _limit(engine, 20)
+    clock = Clock()
+    first, second = _worker(engine, clock), _worker(engine, clock)
+    [limit] = first.rules.limits
+    requests, _ = spend.window_counters(limit.id)
+    minute = NOON.replace(second=0)
+
+    async def run() -> list[int]:
+        await first.admit(_ctx(acme, 0))
+        await first.flush()
+        assert _counter(engine, requests, minute)[1] > 0  # held by the first worker
+        time.sleep(IDLE_S + 0.1)
+        await first.flush()
+        assert _counter(engine, requests, minute) == (Decimal(1), Decimal(0))
+        statuses = []
+        for number in range(1, 21):
+            try:
+                await second.admit(_ctx(acme, number))
+                statuses.append(200)
+            except RateLimited:
+                statuses.append(429)
+        return statuses
+
+    assert asyncio.run(run()) == [200] * 19 + [429]
+
+
+def test_tokens_per_minute_count_when_settled_and_refuse_once_past(engine: Engine) -> None:
+    """Tokens per minute: admitted while the worker's slice has tokens left; a request's
+    tokens count when it is settled, so one in flight can take the minute past its cap,
+    and the next is refused."""
+    acme = _limit(engine, None, 100)
+    worker = _worker(engine, Clock())
+
+    async def run() -> RateLimited:
+        admitted = await worker.admit(_ctx(acme, 0))
+        assert "x-ratelimit-limit-requests" not in admitted.headers
+        _tokens(admitted, 150)
+        await worker.settle(admitted)
+        with pytest.raises(RateLimited) as refused:
+            await worker.admit(_ctx(acme, 1))
+        return refused.value
+
+    refused = asyncio.run(run())
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
+    assert refused.message == "rate limit of tenant:acme reached for this minute; retry in 30 s"
