@@ -42,7 +42,16 @@ from gateway.serving.alerts import Alerts
 from gateway.serving.calls import Endpoint
 from gateway.serving.context import Context
 from gateway.serving.leases import Leases
-from gateway.serving.rates import Rated, minute, rate_headers, rated, retry_after, windows
+from gateway.serving.rates import (
+    UNIT,
+    Rated,
+    minute,
+    rate_headers,
+    rated,
+    retry_after,
+    units,
+    windows,
+)
 from pricing.book import Price
 from pricing.cost import money
 
@@ -277,7 +286,7 @@ class Admission:
             if short is not None or not done:  # refused, or an error on the way
                 self.leases.give_back((*rate.all, *taken))
         if short is None:  # a request counts in its minutes once admitted (tokens: recorded)
-            self.leases.settle(rate.requests, Decimal(1))
+            self.leases.settle(rate.requests, UNIT)
         return None, short
 
     def _reserve(
@@ -337,7 +346,7 @@ class Admission:
                     charge.budget_id,
                 )
         self.leases.settle(admitted.leased, cost)
-        self.leases.settle(admitted.tokens_of, Decimal(admitted.tokens))
+        self.leases.settle(admitted.tokens_of, units(admitted.tokens))
         if not admitted.charges:
             return
         try:

@@ -1,13 +1,14 @@
 """Rate limits: requests and tokens per UTC minute, admitted from leases.
 
-Each limit's minute is two counters (``spend.window_counters``): its requests, charged one
-at admission, and its tokens, charged at settlement with the request's recorded prompt and
-output tokens. Each worker holds a slice of both (``gateway/serving/leases.py``, the same
-machinery as budgets'), so admission makes no database round trip in the steady state,
-and a minute's requests never pass its cap, whatever the concurrency and however many
-workers and gateways share the database: the counter's count and every worker's slice
-together stay within the cap, resized under the counter's row lock. The next minute's
-slice is taken just before it begins, by a worker using the current one.
+Each limit's minute is two counters (``spend.window_counters``; a count held as count x
+``UNIT``): its requests, charged one at admission, and its tokens, charged at settlement
+with the request's recorded prompt and output tokens. Each worker holds a slice of both
+(``gateway/serving/leases.py``, the same machinery as budgets'), so admission makes no
+database round trip in the steady state, and a minute's requests never pass its cap,
+whatever the concurrency and however many workers and gateways share the database: the
+counter's count and every worker's slice together stay within the cap, resized under the
+counter's row lock. The next minute's slice is taken just before it begins, by a worker
+using the current one.
 
 The bound. A worker holds at most ``max(5 % of the cap, 8 requests)`` of a minute's
 requests (tokens: ``max(5 %, 8 x the most tokens a request of it recorded)``) unused, for
@@ -35,8 +36,19 @@ from gateway.db.spend import Charge, window_counters
 from gateway.serving.leases import Leases
 
 MINUTE = timedelta(minutes=1)
-ONE = Decimal(1)
-ZERO = Decimal(0)
+# The counters hold money (Numeric(18, 9) on Postgres: under 10^9), so a count is kept
+# there as count x 10^-7: whole counts stay exact, and the largest cap (10^15 tokens) fits.
+UNIT = Decimal("0.0000001")
+
+
+def units(count: int) -> Decimal:
+    """A count of requests or tokens as its counters hold it."""
+    return count * UNIT
+
+
+def count_of(amount: Decimal) -> int:
+    """The whole count a counter's amount stands for."""
+    return int(amount / UNIT)
 
 
 def minute(at: datetime) -> datetime:
@@ -75,11 +87,11 @@ def rated(limits: tuple[RateLimit, ...], window: datetime) -> Rated:
     for limit in limits:
         names = window_counters(limit.id)
         for name, cap, amount, into in (
-            (names[0], limit.requests_per_minute, ONE, requests),
-            (names[1], limit.tokens_per_minute, ZERO, tokens),
+            (names[0], limit.requests_per_minute, UNIT, requests),
+            (names[1], limit.tokens_per_minute, Decimal(0), tokens),
         ):
             if cap is not None:
-                into.append(Charge(name, "", window, Decimal(cap), amount, end))
+                into.append(Charge(name, "", window, units(cap), amount, end))
     return Rated(tuple(requests), tuple(tokens))
 
 
@@ -90,7 +102,7 @@ def windows(
     found = []
     for limit in limits:
         names = window_counters(limit.id)
-        requests, tokens = (int(leases.total((name, "", window))) for name in names)
+        requests, tokens = (count_of(leases.total((name, "", window))) for name in names)
         found.append(Window(limit, requests, tokens, short is None or short.budget_id not in names))
     return found
 

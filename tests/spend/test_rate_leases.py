@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,6 +30,7 @@ from gateway.serving.admission import Admission, Admitted
 from gateway.serving.calls import Call, Endpoint
 from gateway.serving.context import Context
 from gateway.serving.leases import IDLE_S
+from gateway.serving.rates import count_of
 from tests.factories import Tenant, tenants
 
 NOON = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
@@ -113,9 +113,11 @@ class Statements:
         return seen
 
 
-def _counter(engine: Engine, name: str, start: datetime) -> tuple[Decimal, Decimal]:
+def _counter(engine: Engine, name: str, start: datetime) -> tuple[int, int]:
+    """A minute's (count, held in slices), in requests or tokens."""
     with session_factory(engine)() as session:
-        return spend.counter(session, name, start)
+        spent, reserved = spend.counter(session, name, start)
+    return count_of(spent), count_of(reserved)
 
 
 def _tokens(admitted: Admitted, tokens: int) -> None:
@@ -218,7 +220,7 @@ def test_the_next_minutes_slice_is_taken_before_it_begins(engine: Engine) -> Non
     admitted = asyncio.run(run())
     assert admitted.headers["x-ratelimit-remaining-requests"] == "9"
     assert admitted.headers["x-ratelimit-reset-requests"] == "59.950s"
-    assert _counter(engine, requests, before) == (Decimal(10), Decimal(0))
+    assert _counter(engine, requests, before) == (10, 0)
     spent, reserved = _counter(engine, requests, after)
     assert spent == 1 and 0 < reserved <= 9
 
@@ -239,7 +241,7 @@ def test_an_idle_slice_goes_back_to_the_minute(engine: Engine) -> None:
         assert _counter(engine, requests, minute)[1] > 0  # held by the first worker
         time.sleep(IDLE_S + 0.1)
         await first.flush()
-        assert _counter(engine, requests, minute) == (Decimal(1), Decimal(0))
+        assert _counter(engine, requests, minute) == (1, 0)
         statuses = []
         for number in range(1, 21):
             try:
@@ -271,3 +273,26 @@ def test_tokens_per_minute_count_when_settled_and_refuse_once_past(engine: Engin
     refused = asyncio.run(run())
     assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
     assert refused.message == "rate limit of tenant:acme reached for this minute; retry in 30 s"
+
+
+def test_the_largest_caps_fit_their_counters(engine: Engine) -> None:
+    """10^9 requests and 10^15 tokens a minute (the most a limit takes): counted exactly in
+    counters that hold money (Numeric(18, 9))."""
+    acme = _limit(engine, 10**9, 10**15)
+    worker = _worker(engine, Clock())
+
+    async def run() -> dict[str, str]:
+        admitted = await worker.admit(_ctx(acme, 0))
+        _tokens(admitted, 123_456_789)
+        await worker.settle(admitted)
+        await worker.flush()
+        return (await worker.admit(_ctx(acme, 1))).headers
+
+    headers = asyncio.run(run())
+    assert headers["x-ratelimit-remaining-requests"] == str(10**9 - 2)
+    assert headers["x-ratelimit-remaining-tokens"] == str(10**15 - 123_456_789)
+    [limit] = worker.rules.limits
+    requests, tokens = spend.window_counters(limit.id)
+    minute = NOON.replace(second=0)
+    assert _counter(engine, requests, minute)[0] == 1
+    assert _counter(engine, tokens, minute) == (123_456_789, 5 * 10**13)
