@@ -12,26 +12,22 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from gateway.auth import Principal
 from gateway.budgets import parse_scope
-from gateway.config import Deployment
 from gateway.db import spend
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import RateLimited
-from gateway.mirror import Mirror
-from gateway.serving.admission import Admission, Admitted
-from gateway.serving.calls import Call, Endpoint
-from gateway.serving.context import Context
+from gateway.serving.admission import Admitted
 from gateway.serving.leases import IDLE_S
 from gateway.serving.rates import count_of
 from tests.factories import Tenant, tenants
+from tests.spend import workers as spend_workers
+from tests.spend.workers import context
 
 NOON = datetime(2026, 12, 1, 12, 0, 30, tzinfo=UTC)
 
@@ -63,38 +59,6 @@ def _limit(engine: Engine, requests: int | None, tokens: int | None = None) -> T
             tokens_per_minute=tokens,
         )
     return acme
-
-
-def _worker(engine: Engine, clock: Clock) -> Admission:
-    """One worker's admission, following the limits in the database."""
-    factory = session_factory(engine)
-    with factory() as session:
-        revision, limits = spend.load_limits(session)
-    mirror = Mirror("limits", lambda: (revision, limits), limits)
-    budgets: Mirror[tuple[Any, ...]] = Mirror("budgets", lambda: (0, ()), ())
-    # No budget applies: the ledger's prices are never asked for.
-    ledger: Any = SimpleNamespace(book=None)
-    return Admission(sessions=factory, ledger=ledger, budgets=budgets, limits=mirror, clock=clock)
-
-
-def _ctx(tenant: Tenant, number: int) -> Context:
-    call = Call(
-        endpoint=Endpoint.CHAT,
-        model="m",
-        body={"max_tokens": 8},
-        stream=False,
-        client_wants_usage=False,
-        client_salt=None,
-        interaction_hint=None,
-        prompt_chars=5,
-    )
-    return Context(
-        request_id=f"req_{number}",
-        interaction_id=f"req_{number}",
-        principal=Principal(tenant.id, tenant.name, tenant.key_id, "scope"),
-        deployment=Deployment(name="m", replicas=("http://127.0.0.1:9",)),  # type: ignore[arg-type]
-        call=call,
-    )
 
 
 class Statements:
@@ -130,11 +94,11 @@ def test_two_workers_never_admit_more_than_a_minutes_requests(engine: Engine) ->
     admitted (both keep busy, so each uses all it holds), every other one a 429."""
     acme = _limit(engine, 25)
     clock = Clock()
-    workers = [_worker(engine, clock), _worker(engine, clock)]
+    workers = [spend_workers.worker(engine, clock), spend_workers.worker(engine, clock)]
 
     async def one(number: int) -> int:
         try:
-            await workers[number % 2].admit(_ctx(acme, number))
+            await workers[number % 2].admit(context(acme, number))
         except RateLimited as refused:
             assert refused.headers["x-ratelimit-limit-requests"] == "25"
             return 429
@@ -159,15 +123,15 @@ def test_a_steady_admission_makes_no_database_round_trip(engine: Engine) -> None
     the next flush writes what they counted (requests and tokens) into the minute."""
     acme = _limit(engine, 1000, 1_000_000)
     clock = Clock()
-    worker = _worker(engine, clock)
+    worker = spend_workers.worker(engine, clock)
     statements = Statements(engine)
 
     async def run() -> list[dict[str, str]]:
-        await worker.admit(_ctx(acme, 0))  # the first takes the slices: a sync each
+        await worker.admit(context(acme, 0))  # the first takes the slices: a sync each
         assert statements.take() != []
         headers = []
         for number in range(1, 41):
-            admitted = await worker.admit(_ctx(acme, number))
+            admitted = await worker.admit(context(acme, number))
             _tokens(admitted, 30)
             await worker.settle(admitted)
             headers.append(admitted.headers)
@@ -196,7 +160,7 @@ def test_the_next_minutes_slice_is_taken_before_it_begins(engine: Engine) -> Non
     12:01 makes no round trip and counts in the new minute; 12:00's slice goes back."""
     acme = _limit(engine, 10)
     clock = Clock(NOON.replace(second=59, microsecond=900_000))
-    worker = _worker(engine, clock)
+    worker = spend_workers.worker(engine, clock)
     statements = Statements(engine)
     [limit] = worker.rules.limits
     requests, _ = spend.window_counters(limit.id)
@@ -204,15 +168,15 @@ def test_the_next_minutes_slice_is_taken_before_it_begins(engine: Engine) -> Non
 
     async def run() -> Admitted:
         for number in range(10):
-            await worker.admit(_ctx(acme, number))
+            await worker.admit(context(acme, number))
         with pytest.raises(RateLimited) as refused:
-            await worker.admit(_ctx(acme, 10))
+            await worker.admit(context(acme, 10))
         assert refused.value.headers["retry-after"] == "1"
         assert refused.value.headers["x-ratelimit-remaining-requests"] == "0"
         await worker.flush()  # 0.1 s before 12:01: its slice is taken now
         clock.at = after + timedelta(milliseconds=50)
         statements.take()
-        admitted = await worker.admit(_ctx(acme, 11))
+        admitted = await worker.admit(context(acme, 11))
         assert statements.take() == []
         await worker.flush()
         return admitted
@@ -230,13 +194,13 @@ def test_an_idle_slice_goes_back_to_the_minute(engine: Engine) -> None:
     whole rest of the minute."""
     acme = _limit(engine, 20)
     clock = Clock()
-    first, second = _worker(engine, clock), _worker(engine, clock)
+    first, second = (spend_workers.worker(engine, clock) for _ in range(2))
     [limit] = first.rules.limits
     requests, _ = spend.window_counters(limit.id)
     minute = NOON.replace(second=0)
 
     async def run() -> list[int]:
-        await first.admit(_ctx(acme, 0))
+        await first.admit(context(acme, 0))
         await first.flush()
         assert _counter(engine, requests, minute)[1] > 0  # held by the first worker
         time.sleep(IDLE_S + 0.1)
@@ -245,7 +209,7 @@ def test_an_idle_slice_goes_back_to_the_minute(engine: Engine) -> None:
         statuses = []
         for number in range(1, 21):
             try:
-                await second.admit(_ctx(acme, number))
+                await second.admit(context(acme, number))
                 statuses.append(200)
             except RateLimited:
                 statuses.append(429)
@@ -259,15 +223,15 @@ def test_tokens_per_minute_count_when_settled_and_refuse_once_past(engine: Engin
     tokens count when it is settled, so one in flight can take the minute past its cap,
     and the next is refused."""
     acme = _limit(engine, None, 100)
-    worker = _worker(engine, Clock())
+    worker = spend_workers.worker(engine, Clock())
 
     async def run() -> RateLimited:
-        admitted = await worker.admit(_ctx(acme, 0))
+        admitted = await worker.admit(context(acme, 0))
         assert "x-ratelimit-limit-requests" not in admitted.headers
         _tokens(admitted, 150)
         await worker.settle(admitted)
         with pytest.raises(RateLimited) as refused:
-            await worker.admit(_ctx(acme, 1))
+            await worker.admit(context(acme, 1))
         return refused.value
 
     refused = asyncio.run(run())
@@ -279,14 +243,14 @@ def test_the_largest_caps_fit_their_counters(engine: Engine) -> None:
     """10^9 requests and 10^15 tokens a minute (the most a limit takes): counted exactly in
     counters that hold money (Numeric(18, 9))."""
     acme = _limit(engine, 10**9, 10**15)
-    worker = _worker(engine, Clock())
+    worker = spend_workers.worker(engine, Clock())
 
     async def run() -> dict[str, str]:
-        admitted = await worker.admit(_ctx(acme, 0))
+        admitted = await worker.admit(context(acme, 0))
         _tokens(admitted, 123_456_789)
         await worker.settle(admitted)
         await worker.flush()
-        return (await worker.admit(_ctx(acme, 1))).headers
+        return (await worker.admit(context(acme, 1))).headers
 
     headers = asyncio.run(run())
     assert headers["x-ratelimit-remaining-requests"] == str(10**9 - 2)
