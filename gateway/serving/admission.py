@@ -44,10 +44,10 @@ from gateway.serving.context import Context
 from gateway.serving.leases import Leases
 from gateway.serving.rates import (
     UNIT,
+    Minutes,
     Rated,
     minute,
     rate_headers,
-    rated,
     retry_after,
     units,
     windows,
@@ -185,6 +185,9 @@ class Admission:
         self.metrics = metrics
         self.alerts = alerts
         self.clock = clock  # injectable: periods turn over when the clock says
+        self.minutes = Minutes()
+        # Each budget's current period, while it lasts: (start, end, the budget as it was).
+        self._periods: dict[str, tuple[datetime, datetime, Budget]] = {}
         self._background: set[asyncio.Task[None]] = set()
         budgets.follow(lambda value: self._install(budgets=value))
         limits.follow(lambda value: self._install(limits=value))
@@ -193,6 +196,8 @@ class Admission:
         from dataclasses import replace
 
         self.rules = replace(self.rules, **changed)
+        if "budgets" in changed:
+            self._periods = {}
 
     def _budgets(self, ctx: Context) -> tuple[Budget, ...]:
         principal, call = ctx.principal, ctx.call
@@ -210,9 +215,17 @@ class Admission:
         found = []
         for budget in budgets:
             subject = ctx.interaction_id if budget.scope.kind is ScopeKind.INTERACTION else ""
-            start, _ = budget.bounds(at)
+            start, _ = self._period(budget, at)
             found.append((spend.Charge(budget.id, subject, start, budget.limit, amount), budget))
         return tuple(found)
+
+    def _period(self, budget: Budget, at: datetime) -> tuple[datetime, datetime]:
+        """The budget's period ``at`` falls in (zone arithmetic once per period)."""
+        known = self._periods.get(budget.id)
+        if known is None or known[2] is not budget or not known[0] <= at < known[1]:
+            start, end = budget.bounds(at)
+            known = self._periods[budget.id] = (start, end, budget)
+        return known[0], known[1]
 
     async def admit(self, ctx: Context) -> Admitted:
         """Count and reserve, or refuse with 429 / 402 (BudgetExceeded, RateLimited)."""
@@ -228,7 +241,7 @@ class Admission:
         at = self.clock()
         charged = self.charges(ctx, budgets, at)
         window = minute(at)
-        rate = rated(limits, window)
+        rate = self.minutes.rated(limits, window)
         leased: tuple[spend.Charge, ...] = ()
         if self.lease_budgets:
             leased = tuple(c for c, b in charged if b.scope.kind is not ScopeKind.INTERACTION)
