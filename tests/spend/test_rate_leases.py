@@ -260,3 +260,46 @@ def test_the_largest_caps_fit_their_counters(engine: Engine) -> None:
     minute = NOON.replace(second=0)
     assert _counter(engine, requests, minute)[0] == 1
     assert _counter(engine, tokens, minute) == (123_456_789, 5 * 10**13)
+
+
+def test_a_lowered_limit_applies_at_once_to_what_a_worker_holds(engine: Engine) -> None:
+    """5 of 100 admitted, the worker holding more of the minute: lowered to 3, the next
+    request is refused at once (the slice given back); raised to 7, two more get in."""
+    acme = _limit(engine, 100)
+    limits = spend_workers.limits_of(engine)
+    worker = spend_workers.worker(engine, Clock(), limits)
+
+    def set_cap(cap: int) -> None:
+        with transaction(session_factory(engine)) as session:
+            spend.set_limit(
+                session,
+                scope=parse_scope("tenant:acme"),
+                requests_per_minute=cap,
+                tokens_per_minute=None,
+            )
+        limits.reload()
+
+    async def statuses(count: int, first: int) -> list[int]:
+        found = []
+        for number in range(first, first + count):
+            try:
+                await worker.admit(context(acme, number))
+                found.append(200)
+            except RateLimited:
+                found.append(429)
+        return found
+
+    async def run() -> None:
+        assert await statuses(5, 0) == [200] * 5
+        await worker.flush()
+        set_cap(3)
+        assert await statuses(2, 5) == [429, 429]
+        set_cap(7)
+        assert await statuses(3, 7) == [200, 200, 429]
+        await worker.flush()
+
+    asyncio.run(run())
+    [limit] = limits.value
+    requests, _ = spend.window_counters(limit.id)
+    spent, held = _counter(engine, requests, NOON.replace(second=0))
+    assert spent == 7 and held == 0

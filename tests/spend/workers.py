@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from gateway.auth import Principal
+from gateway.budgets import RateLimit
 from gateway.config import Deployment
 from gateway.db import spend
 from gateway.db.session import session_factory
@@ -24,17 +25,34 @@ from tests.factories import BOOK, Tenant
 DEPLOYMENT = Deployment(name="m", replicas=("http://127.0.0.1:9",))  # type: ignore[arg-type]
 
 
-def worker(engine: Engine, clock: Callable[[], datetime]) -> Admission:
+def limits_of(engine: Engine) -> Mirror[tuple[RateLimit, ...]]:
+    """The rate limits in the database, as a worker holds them (``reload`` for changes)."""
+    factory = session_factory(engine)
+
+    def load() -> tuple[int, tuple[RateLimit, ...]]:
+        with factory() as session:
+            return spend.load_limits(session)
+
+    mirror = Mirror("limits", load, ())
+    mirror.reload()
+    return mirror
+
+
+def worker(
+    engine: Engine,
+    clock: Callable[[], datetime],
+    limits: Mirror[tuple[RateLimit, ...]] | None = None,
+) -> Admission:
     """One worker's admission, following the budgets and limits in the database."""
     factory = session_factory(engine)
     with factory() as session:
-        budgets, limits = spend.load_budgets(session), spend.load_limits(session)
+        budgets = spend.load_budgets(session)
     ledger: Any = SimpleNamespace(book=BOOK)  # only its prices are asked for
     return Admission(
         sessions=factory,
         ledger=ledger,
         budgets=Mirror("budgets", lambda: budgets, budgets[1]),
-        limits=Mirror("limits", lambda: limits, limits[1]),
+        limits=limits or limits_of(engine),
         clock=clock,
     )
 
