@@ -22,7 +22,7 @@ from gateway.budgets import parse_scope
 from gateway.db import spend
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import RateLimited
-from gateway.serving.admission import Admitted
+from gateway.serving.admission import Admission, Admitted
 from gateway.serving.leases import IDLE_S
 from gateway.serving.rates import count_of
 from tests.factories import Tenant, tenants
@@ -49,8 +49,8 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-def _limit(engine: Engine, requests: int | None, tokens: int | None = None) -> Tenant:
-    [acme] = tenants(engine, "acme").values()
+def _set_limit(engine: Engine, requests: int | None, tokens: int | None = None) -> None:
+    """Set (or change) tenant acme's rate limit."""
     with transaction(session_factory(engine)) as session:
         spend.set_limit(
             session,
@@ -58,6 +58,12 @@ def _limit(engine: Engine, requests: int | None, tokens: int | None = None) -> T
             requests_per_minute=requests,
             tokens_per_minute=tokens,
         )
+
+
+def _limit(engine: Engine, requests: int | None, tokens: int | None = None) -> Tenant:
+    """Tenant acme, limited."""
+    [acme] = tenants(engine, "acme").values()
+    _set_limit(engine, requests, tokens)
     return acme
 
 
@@ -82,6 +88,18 @@ def _counter(engine: Engine, name: str, start: datetime) -> tuple[int, int]:
     with session_factory(engine)() as session:
         spent, reserved = spend.counter(session, name, start)
     return count_of(spent), count_of(reserved)
+
+
+async def _statuses(worker: Admission, tenant: Tenant, numbers: range) -> list[int]:
+    """Requests one after another: 200 for each admitted, 429 for each refused."""
+    found = []
+    for number in numbers:
+        try:
+            await worker.admit(context(tenant, number))
+            found.append(200)
+        except RateLimited:
+            found.append(429)
+    return found
 
 
 def _tokens(admitted: Admitted, tokens: int) -> None:
@@ -206,14 +224,7 @@ def test_an_idle_slice_goes_back_to_the_minute(engine: Engine) -> None:
         time.sleep(IDLE_S + 0.1)
         await first.flush()
         assert _counter(engine, requests, minute) == (1, 0)
-        statuses = []
-        for number in range(1, 21):
-            try:
-                await second.admit(context(acme, number))
-                statuses.append(200)
-            except RateLimited:
-                statuses.append(429)
-        return statuses
+        return await _statuses(second, acme, range(1, 21))
 
     assert asyncio.run(run()) == [200] * 19 + [429]
 
@@ -270,32 +281,16 @@ def test_a_lowered_limit_applies_at_once_to_what_a_worker_holds(engine: Engine) 
     worker = spend_workers.worker(engine, Clock(), limits)
 
     def set_cap(cap: int) -> None:
-        with transaction(session_factory(engine)) as session:
-            spend.set_limit(
-                session,
-                scope=parse_scope("tenant:acme"),
-                requests_per_minute=cap,
-                tokens_per_minute=None,
-            )
+        _set_limit(engine, cap)
         limits.reload()
 
-    async def statuses(count: int, first: int) -> list[int]:
-        found = []
-        for number in range(first, first + count):
-            try:
-                await worker.admit(context(acme, number))
-                found.append(200)
-            except RateLimited:
-                found.append(429)
-        return found
-
     async def run() -> None:
-        assert await statuses(5, 0) == [200] * 5
+        assert await _statuses(worker, acme, range(5)) == [200] * 5
         await worker.flush()
         set_cap(3)
-        assert await statuses(2, 5) == [429, 429]
+        assert await _statuses(worker, acme, range(5, 7)) == [429, 429]
         set_cap(7)
-        assert await statuses(3, 7) == [200, 200, 429]
+        assert await _statuses(worker, acme, range(7, 10)) == [200, 200, 429]
         await worker.flush()
 
     asyncio.run(run())
