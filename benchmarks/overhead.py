@@ -203,7 +203,8 @@ def main() -> None:
         choices=("budget", "both"),
         default=None,
         help="a budget (never reached) on the benchmark tenant, admitted from the worker's "
-        "lease; both: a rate limit (never reached) too, counted in the database per request",
+        "lease; both: a rate limit (never reached) too, admitted from the worker's leases of "
+        "its minute",
     )
     parser.add_argument(
         "--endpoints",

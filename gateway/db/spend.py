@@ -41,7 +41,6 @@ from gateway.db.models import (
     BudgetRow,
     Money,
     RateLimitRow,
-    RateWindowRow,
 )
 from gateway.errors import InvalidRequest, NotFound
 
@@ -191,14 +190,16 @@ def load_budgets(session: Session) -> tuple[int, tuple[Budget, ...]]:
 
 @dataclass(frozen=True, slots=True)
 class Charge:
-    """An amount charged to one budget counter: a budget, its subject ('' or an
-    interaction id) and the start of its period."""
+    """An amount charged to one counter: a budget (or a rate limit's minute, named by
+    ``window_counters``), its subject ('' or an interaction id) and the start of its
+    period (and, where a lease should know it, its end)."""
 
     budget_id: str
     subject: str
     period_start: datetime
     limit: Decimal
     amount: Decimal
+    period_end: datetime | None = None
 
     @property
     def key(self) -> tuple[str, str, datetime]:
@@ -444,10 +445,14 @@ def list_limits(session: Session) -> list[RateLimit]:
 
 
 def delete_limit(session: Session, *, limit_id: str) -> RateLimit:
-    """Delete the rate limit and its windows, telling every gateway; the limit as it was."""
+    """Delete the rate limit and its minutes' counters, telling every gateway; the limit
+    as it was."""
     row = _get(session, RateLimitRow, limit_id, "rate limit")
     limit = limit_of(row)
-    _delete(session, row, LIMITS, RateWindowRow.limit_id)
+    counters = window_counters(row.id)
+    for table in (BudgetCounterRow, BudgetHoldRow):
+        session.execute(delete(table).where(table.budget_id.in_(counters)))
+    _delete(session, row, LIMITS)
     return limit
 
 
@@ -456,62 +461,10 @@ def load_limits(session: Session) -> tuple[int, tuple[RateLimit, ...]]:
     return changes.revision(session, LIMITS), tuple(list_limits(session))
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """One limit's count in the current minute, after an admission (or its refusal)."""
-
-    limit: RateLimit
-    requests: int
-    tokens: int
-    admitted: bool
-
-
-def count_request(session: Session, limits: Sequence[RateLimit], start: datetime) -> list[Window]:
-    """Count one request against each limit's minute starting at ``start``, if it fits
-    every one (a request fits while requests stay within the cap and the tokens recorded
-    are below theirs); otherwise count it nowhere. Each limit's window, either way."""
-    ordered = sorted(limits, key=lambda r: r.id)
-    if not ordered:
-        return []
-    rows = [{"limit_id": r.id, "window_start": start, "requests": 0, "tokens": 0} for r in ordered]
-    session.execute(_insert(session, RateWindowRow).on_conflict_do_nothing(), rows)
-    windows: list[Window] = []
-    refused = False
-    for limit in ordered:
-        where = [RateWindowRow.limit_id == limit.id, RateWindowRow.window_start == start]
-        if not refused:
-            fits = []
-            if limit.requests_per_minute is not None:
-                fits.append(RateWindowRow.requests + 1 <= limit.requests_per_minute)
-            if limit.tokens_per_minute is not None:
-                fits.append(RateWindowRow.tokens < limit.tokens_per_minute)
-            got = session.execute(
-                update(RateWindowRow)
-                .where(*where, *fits)
-                .values(requests=RateWindowRow.requests + 1)
-                .returning(RateWindowRow.requests, RateWindowRow.tokens)
-            ).first()
-            if got is not None:
-                windows.append(Window(limit, int(got[0]), int(got[1]), True))
-                continue
-            refused = True
-        row = session.execute(
-            select(RateWindowRow.requests, RateWindowRow.tokens).where(*where)
-        ).one()
-        windows.append(Window(limit, int(row[0]), int(row[1]), False))
-    return windows
-
-
-def count_tokens(session: Session, limit_ids: Sequence[str], start: datetime, tokens: int) -> None:
-    """Add a recorded request's tokens to its minute of each limit."""
-    if tokens <= 0:
-        return
-    for limit_id in sorted(limit_ids):
-        session.execute(
-            update(RateWindowRow)
-            .where(RateWindowRow.limit_id == limit_id, RateWindowRow.window_start == start)
-            .values(tokens=RateWindowRow.tokens + tokens)
-        )
+def window_counters(limit_id: str) -> tuple[str, str]:
+    """The counters of a rate limit's minutes: its requests' and its tokens' (each a
+    budget counter of that name per minute, held in leases like a budget's)."""
+    return f"{limit_id}:requests", f"{limit_id}:tokens"
 
 
 # -- leases -------------------------------------------------------------------------------

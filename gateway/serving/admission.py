@@ -2,11 +2,14 @@
 
     admit ─▶ the rules that match the caller (held in memory, current within a second)
           ─▶ none: admitted at no cost (no database round trip)
-          ─▶ else one transaction: count the request in each rate limit's minute, reserve
-             its largest possible cost on each budget counter; all or nothing
+          ─▶ else, from this worker's leases (no database round trip in the steady state):
+             count the request in each rate limit's minute (``rates.py``), then reserve
+             its largest possible cost on each tenant and key budget; interaction budgets
+             (a small counter each) in one transaction; all or nothing
              ─▶ refused: 429 (rate) or 402 (budget), the caller records a refused attempt
-    settle ─▶ the request's records' costs replace the reservation (one transaction),
-              tokens added to the minute; thresholds crossed are alerts (off the path)
+    settle ─▶ the request's records' costs replace the reservations and its tokens are
+              added to the minutes (in the leases; interaction budgets: one transaction);
+              thresholds crossed are alerts (off the path)
 
 The reservation is the request's prompt bounded by its body's size in bytes (a byte-level
 tokenizer makes at most a token per byte) at the dearest prompt rate in force, plus its
@@ -39,11 +42,20 @@ from gateway.serving.alerts import Alerts
 from gateway.serving.calls import Endpoint
 from gateway.serving.context import Context
 from gateway.serving.leases import Leases
+from gateway.serving.rates import (
+    UNIT,
+    Minutes,
+    Rated,
+    minute,
+    rate_headers,
+    retry_after,
+    units,
+    windows,
+)
 from pricing.book import Price
 from pricing.cost import money
 
 log = logging.getLogger("kvgate.admission")
-MINUTE = timedelta(minutes=1)
 ZERO = Decimal(0)
 
 
@@ -59,8 +71,7 @@ class Admitted:
     request_id: str = ""
     charges: tuple[spend.Charge, ...] = ()  # reserved in the database (interaction budgets)
     leased: tuple[spend.Charge, ...] = ()  # taken from this worker's slices
-    limits: tuple[RateLimit, ...] = ()
-    window: datetime | None = None
+    tokens_of: tuple[spend.Charge, ...] = ()  # the minutes its tokens are added to
     headers: dict[str, str] = field(default_factory=dict)
     cost: Decimal = Decimal(0)
     tokens: int = 0
@@ -68,8 +79,8 @@ class Admitted:
 
     @property
     def holds(self) -> bool:
-        """Whether it holds anything to settle: budget charges, leased slices or rate limits."""
-        return bool(self.charges or self.leased or self.limits)
+        """Whether it holds anything to settle: budget charges, slices or token minutes."""
+        return bool(self.charges or self.leased or self.tokens_of)
 
     def add(self, record: Record) -> None:
         """Count one of the request's records (every attempt's)."""
@@ -143,33 +154,6 @@ def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     return worst
 
 
-def _minute(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
-
-
-# Each kind of x-ratelimit-* header: a window's cap per minute (None: no cap) and its count.
-_RATE_KINDS: tuple[
-    tuple[str, Callable[[spend.Window], int | None], Callable[[spend.Window], int]], ...
-] = (
-    ("requests", lambda w: w.limit.requests_per_minute, lambda w: w.requests),
-    ("tokens", lambda w: w.limit.tokens_per_minute, lambda w: w.tokens),
-)
-
-
-def rate_headers(windows: list[spend.Window], window: datetime, at: datetime) -> dict[str, str]:
-    """OpenAI's x-ratelimit-* headers, for the tightest limit of each kind."""
-    reset = f"{max((window + MINUTE - at).total_seconds(), 0.0):.3f}s"
-    headers: dict[str, str] = {}
-    for kind, cap, used in _RATE_KINDS:
-        room = [(limit - used(w), limit) for w in windows if (limit := cap(w)) is not None]
-        if room:
-            left, limit = min(room, key=lambda p: p[0])
-            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
-            headers[f"x-ratelimit-remaining-{kind}"] = str(max(left, 0))
-            headers[f"x-ratelimit-reset-{kind}"] = reset
-    return headers
-
-
 class Admission:
     """Admits requests against the budgets and rate limits every gateway shares."""
 
@@ -188,19 +172,22 @@ class Admission:
     ) -> None:
         self.sessions = sessions
         self.hold_ttl = timedelta(seconds=hold_ttl_s)
-        # Tenant and key budgets: slices held here (no database round trip per request);
-        # interaction budgets (each its own small counter) and rate limits: exact per request.
-        self.leases = (
-            Leases(sessions=sessions, hold_ttl=self.hold_ttl, clock=clock, crossed=self._flushed)
-            if leases
-            else None
+        # Rate limits and tenant and key budgets: slices held here (no database round trip
+        # per request); interaction budgets (each its own small counter): exact per request,
+        # as are all budgets without ``leases``.
+        self.leases = Leases(
+            sessions=sessions, hold_ttl=self.hold_ttl, clock=clock, crossed=self._flushed
         )
+        self.lease_budgets = leases
         self.live: set[str] = set()  # requests holding reservations here: renewed
         self.ledger = ledger
         self.rules = Rules()
         self.metrics = metrics
         self.alerts = alerts
         self.clock = clock  # injectable: periods turn over when the clock says
+        self.minutes = Minutes()
+        # Each budget's current period, while it lasts: (start, end, the budget as it was).
+        self._periods: dict[str, tuple[datetime, datetime, Budget]] = {}
         self._background: set[asyncio.Task[None]] = set()
         budgets.follow(lambda value: self._install(budgets=value))
         limits.follow(lambda value: self._install(limits=value))
@@ -209,6 +196,8 @@ class Admission:
         from dataclasses import replace
 
         self.rules = replace(self.rules, **changed)
+        if "budgets" in changed:
+            self._periods = {}
 
     def _budgets(self, ctx: Context) -> tuple[Budget, ...]:
         principal, call = ctx.principal, ctx.call
@@ -226,9 +215,17 @@ class Admission:
         found = []
         for budget in budgets:
             subject = ctx.interaction_id if budget.scope.kind is ScopeKind.INTERACTION else ""
-            start, _ = budget.bounds(at)
+            start, _ = self._period(budget, at)
             found.append((spend.Charge(budget.id, subject, start, budget.limit, amount), budget))
         return tuple(found)
+
+    def _period(self, budget: Budget, at: datetime) -> tuple[datetime, datetime]:
+        """The budget's period ``at`` falls in (zone arithmetic once per period)."""
+        known = self._periods.get(budget.id)
+        if known is None or known[2] is not budget or not known[0] <= at < known[1]:
+            start, end = budget.bounds(at)
+            known = self._periods[budget.id] = (start, end, budget)
+        return known[0], known[1]
 
     async def admit(self, ctx: Context) -> Admitted:
         """Count and reserve, or refuse with 429 / 402 (BudgetExceeded, RateLimited)."""
@@ -243,80 +240,99 @@ class Admission:
             return FREE
         at = self.clock()
         charged = self.charges(ctx, budgets, at)
-        window = _minute(at)
+        window = minute(at)
+        rate = self.minutes.rated(limits, window)
         leased: tuple[spend.Charge, ...] = ()
-        if self.leases is not None:
+        if self.lease_budgets:
             leased = tuple(c for c, b in charged if b.scope.kind is not ScopeKind.INTERACTION)
         exact = [c for c, _ in charged if c not in leased]
-        windows: list[spend.Window] = []
         try:
-            short = await self.leases.take(leased) if self.leases and leased else None
-            if short is None and (exact or limits):
-                windows, short = await asyncio.to_thread(
-                    self._take, exact, limits, window, ctx.request_id, at
-                )
-                refused = short is not None or any(not w.admitted for w in windows)
-                if refused and self.leases is not None:
-                    self.leases.give_back(leased)
+            short, budget_short = await self._take(rate, leased, exact, ctx.request_id, at)
         except DatabaseError as exc:
             raise SpendUnavailable(
                 f"budgets and rate limits apply and cannot be checked now ({type(exc).__name__})"
             ) from exc
-        headers = rate_headers(windows, window, at)
-        if any(not w.admitted for w in windows):
+        found = windows(self.leases, limits, window, short)
+        headers = rate_headers(found, window, at)
+        if short is not None:
             self._refused("rate_limit")
-            retry = max(int((window + MINUTE - at).total_seconds() + 0.999), 1)
-            used = [w for w in windows if not w.admitted]
+            retry = retry_after(window, at)
+            scope = next(w.limit.scope for w in found if not w.admitted)
             raise RateLimited(
-                f"rate limit of {used[0].limit.scope} reached for this minute; retry in {retry} s",
+                f"rate limit of {scope} reached for this minute; retry in {retry} s",
                 headers={**headers, "retry-after": str(retry)},
             )
-        if short is not None:
-            self._refused("budget")
-            budget = next(b for c, b in charged if c.key == short.key)
-            _, end = budget.bounds(at)
-            if self.alerts is not None:  # exhausted: the 100 % alert, if not sent yet
-                spent = await asyncio.to_thread(self._spent_now, short)
-                # Only when the spend itself leaves no room for this request: a refusal
-                # while other workers' slices hold the rest is not the budget running out.
-                if budget.limit - spent <= short.amount:
-                    self.alerts.exhausted(budget, short, spent)
-            raise BudgetExceeded(
-                f"budget {budget.id} on {budget.scope} ({budget.period}) cannot cover this "
-                f"request: limit {budget.limit.normalize():f}; it resets {reset_text(end)}",
-                headers=headers,
-            )
+        if budget_short is not None:
+            await self._exhausted(charged, budget_short, at, headers)
         if exact:
             self.live.add(ctx.request_id)
         return Admitted(
             request_id=ctx.request_id,
             charges=tuple(exact),
             leased=leased,
-            limits=limits,
-            window=window,
+            tokens_of=rate.tokens,
             headers=headers,
         )
 
-    def _take(
+    async def _take(
         self,
-        charges: list[spend.Charge],
-        limits: tuple[RateLimit, ...],
-        window: datetime,
+        rate: Rated,
+        leased: tuple[spend.Charge, ...],
+        exact: list[spend.Charge],
         holder: str,
         at: datetime,
-    ) -> tuple[list[spend.Window], spend.Charge | None]:
+    ) -> tuple[spend.Charge | None, spend.Charge | None]:
+        """Count the request in its minutes, then reserve on its budgets, all or nothing:
+        (the rate counter that refused it, the budget counter that refused it)."""
+        short = await self.leases.take(rate.all) if rate.all else None
+        if short is not None:
+            return short, None
+        taken: tuple[spend.Charge, ...] = ()
+        done = False
+        try:
+            short = await self.leases.take(leased) if leased else None
+            taken = leased if short is None else ()
+            if short is None and exact:
+                short = await asyncio.to_thread(self._reserve, exact, holder, at)
+            done = True
+        finally:
+            if short is not None or not done:  # refused, or an error on the way
+                self.leases.give_back((*rate.all, *taken))
+        if short is None:  # a request counts in its minutes once admitted (tokens: recorded)
+            self.leases.settle(rate.requests, UNIT)
+        return None, short
+
+    def _reserve(
+        self, charges: list[spend.Charge], holder: str, at: datetime
+    ) -> spend.Charge | None:
         with self.sessions() as session, session.begin():
-            windows = spend.count_request(session, limits, window)
-            if any(not w.admitted for w in windows):
-                session.rollback()
-                return windows, None
-            expires = at + self.hold_ttl
-            short = spend.reserve(session, charges, holder=holder, expires_at=expires)
+            short = spend.reserve(session, charges, holder=holder, expires_at=at + self.hold_ttl)
             if short is not None:
                 session.rollback()
-                # The windows stand uncounted: the request never ran.
-                windows = [spend.Window(w.limit, w.requests - 1, w.tokens, True) for w in windows]
-            return windows, short
+            return short
+
+    async def _exhausted(
+        self,
+        charged: tuple[tuple[spend.Charge, Budget], ...],
+        short: spend.Charge,
+        at: datetime,
+        headers: dict[str, str],
+    ) -> None:
+        """Refuse with 402 (BudgetExceeded); the 100 % alert, if this exhausted it."""
+        self._refused("budget")
+        budget = next(b for c, b in charged if c.key == short.key)
+        _, end = budget.bounds(at)
+        if self.alerts is not None:  # exhausted: the 100 % alert, if not sent yet
+            spent = await asyncio.to_thread(self._spent_now, short)
+            # Only when the spend itself leaves no room for this request: a refusal
+            # while other workers' slices hold the rest is not the budget running out.
+            if budget.limit - spent <= short.amount:
+                self.alerts.exhausted(budget, short, spent)
+        raise BudgetExceeded(
+            f"budget {budget.id} on {budget.scope} ({budget.period}) cannot cover this "
+            f"request: limit {budget.limit.normalize():f}; it resets {reset_text(end)}",
+            headers=headers,
+        )
 
     def _spent_now(self, charge: spend.Charge) -> Decimal:
         with self.sessions() as session:
@@ -327,14 +343,24 @@ class Admission:
             self.metrics.spend_refusals.labels(reason).inc()
 
     async def settle(self, admitted: Admitted) -> None:
-        """Replace the request's reservations by its records' cost (once; never raises)."""
+        """Replace the request's reservations by its records' cost, add its tokens to its
+        minutes (once; never raises)."""
         if admitted.settled or not admitted.holds:
             return
         admitted.settled = True
         self.live.discard(admitted.request_id)
-        if self.leases is not None and admitted.leased:
-            self.leases.settle(admitted.leased, admitted.cost)
-        if not admitted.charges and not admitted.limits:
+        cost = admitted.cost
+        for charge in (*admitted.leased, *admitted.charges):
+            if charge.amount < cost:
+                log.warning(
+                    "a request cost %s, above the %s reserved for it on budget %s",
+                    cost,
+                    charge.amount,
+                    charge.budget_id,
+                )
+        self.leases.settle(admitted.leased, cost)
+        self.leases.settle(admitted.tokens_of, units(admitted.tokens))
+        if not admitted.charges:
             return
         try:
             after = await asyncio.to_thread(self._settle, admitted)
@@ -342,14 +368,7 @@ class Admission:
             log.exception("budget settlement failed: its holds return after their TTL")
             return
         for charge, spent in after:
-            if charge.amount < admitted.cost:
-                log.warning(
-                    "a request cost %s, above the %s reserved for it on budget %s",
-                    admitted.cost,
-                    charge.amount,
-                    charge.budget_id,
-                )
-            self._flushed(charge, spent - admitted.cost, spent)
+            self._flushed(charge, spent - cost, spent)
 
     def _flushed(self, charge: spend.Charge, before: Decimal, after: Decimal) -> None:
         """A counter's spend moved from ``before`` to ``after``: the thresholds it crossed."""
@@ -359,21 +378,18 @@ class Admission:
                 self.alerts.crossed(budget, charge, threshold, after)
 
     async def close(self) -> None:
-        """Give this worker's slices back to their budgets (the gateway is stopping)."""
-        if self.leases is not None:
-            await self.leases.close()
+        """Give this worker's slices back to their counters (the gateway is stopping)."""
+        await self.leases.close()
 
     async def flush(self) -> None:
-        """Sync this worker's budget slices (spend flushed, topped up, idle ones returned)."""
-        if self.leases is not None:
-            await self.leases.tick({b.id for b in self.rules.budgets})
+        """Sync this worker's slices (spend flushed, topped up, idle ones returned)."""
+        counters = {b.id for b in self.rules.budgets}
+        for limit in self.rules.limits:
+            counters.update(spend.window_counters(limit.id))
+        await self.leases.tick(counters)
 
     def _settle(self, admitted: Admitted) -> list[tuple[spend.Charge, Decimal]]:
-        # Rows are locked in admission's order (rate windows, then counters): no deadlock.
         with self.sessions() as session, session.begin():
-            if admitted.window is not None:
-                ids = [r.id for r in admitted.limits]
-                spend.count_tokens(session, ids, admitted.window, admitted.tokens)
             return spend.settle(
                 session, admitted.charges, admitted.cost, holder=admitted.request_id
             )

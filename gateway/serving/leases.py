@@ -1,20 +1,25 @@
-"""Budget leases: each worker holds a slice of a budget and admits from it in memory.
+"""Leases: each worker holds a slice of a shared counter and admits from it in memory.
 
     counter (database)   spent + reserved <= limit, reserved = every worker's slices
     lease (this worker)  held (its slice) >= used (in flight) + spent (settled, unflushed)
 
-Admission takes a request's largest cost from the worker's slice, with no database round
-trip; settlement moves it from ``used`` to what it cost. Every ``FLUSH_S`` the worker
-flushes what it spent into the counter and tops its slice up (or, idle for ``IDLE_S``,
-gives it back), off the request path, in one transaction whose room is computed under the
-counter's row lock (``gateway/db/spend.py`` ``sync_lease``). A request its slice cannot
-cover waits for one such sync; if the budget has no room left for it, it is refused.
+The counters are budgets' (money per period) and rate limits' (requests or tokens per
+UTC minute, ``gateway/serving/rates.py``): one machinery. Admission takes a request's
+charge from the worker's slice, with no database round trip; settlement moves it from
+``used`` to what it came to. Every ``FLUSH_S`` the worker flushes what it spent into the
+counter and tops its slice up (or, idle for ``IDLE_S`` or past its period's end, gives it
+back), off the request path, in one transaction whose room is computed under the
+counter's row lock (``gateway/db/spend.py`` ``sync_lease``). A slice of a period about to
+begin (a rate limit's next minute) is taken ``AHEAD_S`` before it does, by a worker that
+used the current one within ``IDLE_S``. A request its slice cannot cover waits for one
+such sync; if the counter has no room left for it, it is refused.
 
-The bound: what is reserved but unused is at most the workers' slices, each at most
-``max(SHARE x limit, SLICE_REQUESTS x the largest request seen)``; a request can be
-refused while other workers still hold that much; settled spend never exceeds the limit.
-A worker that dies leaves its slice to be swept after the hold TTL (and the spend it had
-not flushed, at most ``FLUSH_S`` of it, is missing from the counter, not from the records).
+The bound: what is held but unused is at most the workers' slices, each at most
+``max(SHARE x limit, SLICE_REQUESTS x the largest request seen)``, for at most ``IDLE_S``
+after a worker's last request; a request can be refused while other workers still hold
+that much; spend never passes the limit. A worker that dies leaves its slice to be swept
+after the hold TTL (and the spend it had not flushed, at most ``FLUSH_S`` of it, is
+missing from the counter, not from the records).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ SHARE = Decimal("0.05")  # a slice is at most this share of the limit...
 SLICE_REQUESTS = 8  # ...or room for this many of the largest request seen, if more
 FLUSH_S = 0.1
 IDLE_S = 1.0  # a slice unused this long goes back to the budget
+AHEAD_S = 2 * FLUSH_S  # a period about to begin: its slice taken this long before
 ZERO = Decimal(0)
 
 Key = tuple[str, str, datetime]
@@ -43,14 +49,16 @@ Key = tuple[str, str, datetime]
 
 @dataclass(slots=True)
 class Lease:
-    """This worker's slice of one budget counter."""
+    """This worker's slice of one counter."""
 
     budget_id: str
     period_start: datetime
     limit: Decimal
+    ends: datetime | None = None  # where known, its period's end: no slice held past it
     held: Decimal = ZERO
     used: Decimal = ZERO
     spent: Decimal = ZERO
+    counted: Decimal = ZERO  # the counter's spend as of the last sync
     largest: Decimal = ZERO
     last_used: float = field(default_factory=time.monotonic)
     synced_at: float = 0.0  # when its hold's expiry was last renewed
@@ -61,9 +69,14 @@ class Lease:
         """What this slice can still admit: held, less used and spent."""
         return self.held - self.used - self.spent
 
-    def want(self, now: float) -> Decimal:
-        """The slice to hold: none once idle."""
-        if now - self.last_used > IDLE_S:
+    @property
+    def total(self) -> Decimal:
+        """The counter's spend as this worker knows it: synced, then its own since."""
+        return self.counted + self.spent + self.used
+
+    def want(self, now: float, at: datetime) -> Decimal:
+        """The slice to hold: none once idle, or once its period has ended."""
+        if now - self.last_used > IDLE_S or (self.ends is not None and at >= self.ends):
             return ZERO
         return max(self.limit * SHARE, self.largest * SLICE_REQUESTS)
 
@@ -90,7 +103,7 @@ class Leases:
         """The charge's lease, and whether its limit was lowered since it was last used."""
         lease = self.leases.get(charge.key)
         if lease is None:
-            lease = Lease(charge.budget_id, charge.period_start, charge.limit)
+            lease = Lease(charge.budget_id, charge.period_start, charge.limit, charge.period_end)
             self.leases[charge.key] = lease
         lowered = charge.limit < lease.limit
         lease.limit = charge.limit
@@ -99,19 +112,23 @@ class Leases:
     async def take(self, charges: tuple[spend.Charge, ...]) -> spend.Charge | None:
         """Take every charge from its slice, or none; the first that cannot be covered."""
         taken: list[spend.Charge] = []
-        for charge in sorted(charges, key=lambda c: c.key):
-            lease, lowered = self._lease(charge)
-            lease.last_used = time.monotonic()
-            lease.largest = max(lease.largest, charge.amount)
-            if lowered:  # what the slice holds may be past the new limit: resized first
-                await self.sync(charge.key, need=charge.amount, again=True)
-            if not self._covers(lease, charge):
-                await self.sync(charge.key, need=charge.amount)
-            if not self._covers(lease, charge):
-                self.give_back(tuple(taken))
-                return charge
-            lease.used += charge.amount
-            taken.append(charge)
+        try:
+            for charge in sorted(charges, key=lambda c: c.key):
+                lease, lowered = self._lease(charge)
+                lease.last_used = time.monotonic()
+                lease.largest = max(lease.largest, charge.amount)
+                if lowered:  # what the slice holds may be past the new limit: resized first
+                    await self.sync(charge.key, need=charge.amount, again=True)
+                if not self._covers(lease, charge):
+                    await self.sync(charge.key, need=charge.amount)
+                if not self._covers(lease, charge):
+                    self.give_back(tuple(taken))
+                    return charge
+                lease.used += charge.amount
+                taken.append(charge)
+        except BaseException:  # a sync failed (or was cancelled): nothing stays taken
+            self.give_back(tuple(taken))
+            raise
         return None
 
     @staticmethod
@@ -122,22 +139,24 @@ class Leases:
     def give_back(self, charges: tuple[spend.Charge, ...]) -> None:
         """Return reservations that were not used (another check refused the request)."""
         for charge in charges:
-            self.leases[charge.key].used -= charge.amount
+            lease = self.leases.get(charge.key)
+            if lease is not None:
+                lease.used -= charge.amount
 
-    def settle(self, charges: tuple[spend.Charge, ...], cost: Decimal) -> None:
-        """The request's reservations become what it cost (flushed by the next sync)."""
+    def settle(self, charges: tuple[spend.Charge, ...], amount: Decimal) -> None:
+        """The request's reservations become what it came to (flushed by the next sync);
+        a slice forgotten meanwhile (its period over, its budget deleted) takes nothing."""
         for charge in charges:
             lease = self.leases.get(charge.key)
             if lease is not None:
                 lease.used -= charge.amount
-                lease.spent += cost
-                if cost > charge.amount:
-                    log.warning(
-                        "a request cost %s, above the %s reserved for it on budget %s",
-                        cost,
-                        charge.amount,
-                        charge.budget_id,
-                    )
+                lease.spent += amount
+                lease.largest = max(lease.largest, amount)
+
+    def total(self, key: Key) -> Decimal:
+        """A counter's spend as this worker knows it (zero for a counter it holds none of)."""
+        lease = self.leases.get(key)
+        return lease.total if lease is not None else ZERO
 
     async def sync(self, key: Key, *, need: Decimal = ZERO, again: bool = False) -> None:
         """Flush one slice's spend and resize it (one at a time per slice); ``again``: a
@@ -150,7 +169,8 @@ class Leases:
         event = lease.syncing = asyncio.Event()
         now = time.monotonic()
         spent, used = lease.spent, lease.used
-        want = max(lease.want(now), need + used) if need else lease.want(now)
+        want = lease.want(now, self.clock())
+        want = max(want, need + used) if need else want
         target = max(want, used)
         if target < lease.held - spent:  # shrinking: at once, before the database
             lease.held = spent + target
@@ -177,6 +197,7 @@ class Leases:
             lease.synced_at = now
             lease.spent -= spent
             lease.held = held
+            lease.counted = after
             if spent and self.crossed is not None:
                 charge = spend.Charge(lease.budget_id, "", lease.period_start, lease.limit, ZERO)
                 self.crossed(charge, after - spent, after)
@@ -189,15 +210,33 @@ class Leases:
         with self.sessions() as session, session.begin():
             return spend.sync_lease(session, request)
 
-    async def tick(self, budgets: set[str]) -> None:
+    def _ahead(self, now: float, at: datetime) -> None:
+        """A lease for the period about to begin, beside each one in use that ends soon."""
+        for lease in list(self.leases.values()):
+            ends = lease.ends
+            if ends is None or not at < ends <= at + timedelta(seconds=AHEAD_S):
+                continue
+            key = (lease.budget_id, "", ends)
+            if key not in self.leases and now - lease.last_used <= IDLE_S:
+                self.leases[key] = Lease(
+                    lease.budget_id,
+                    ends,
+                    lease.limit,
+                    ends + (ends - lease.period_start),
+                    largest=lease.largest,
+                    last_used=lease.last_used,
+                )
+
+    async def tick(self, counters: set[str]) -> None:
         """Every slice synced if it has spend to flush, runs low, or went idle; slices of
-        deleted budgets forgotten (their counters went with them)."""
-        now = time.monotonic()
+        deleted budgets and limits forgotten (their counters went with them)."""
+        now, at = time.monotonic(), self.clock()
+        self._ahead(now, at)
         for key, lease in list(self.leases.items()):
-            if lease.budget_id not in budgets:
+            if lease.budget_id not in counters:
                 del self.leases[key]
                 continue
-            want = lease.want(now)
+            want = lease.want(now, at)
             due = (
                 lease.spent > 0
                 or lease.available < want / 2
@@ -208,7 +247,7 @@ class Leases:
                 try:
                     await self.sync(key)
                 except DatabaseError as exc:
-                    log.warning("budget lease of %s not synced (%s); retrying", key[0], exc)
+                    log.warning("lease of %s not synced (%s); retrying", key[0], exc)
             if lease.held == 0 and lease.used == 0 and lease.spent == 0 and want == 0:
                 del self.leases[key]
 
@@ -222,6 +261,4 @@ class Leases:
                 # would keep the slice; this one gives it back.
                 await self.sync(key, again=True)
             except DatabaseError as exc:
-                log.warning(
-                    "budget lease of %s not returned (%s): swept after its TTL", key[0], exc
-                )
+                log.warning("lease of %s not returned (%s): swept after its TTL", key[0], exc)

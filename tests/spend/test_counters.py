@@ -14,7 +14,7 @@ from sqlalchemy import select
 from gateway.budgets import DEFAULT_ALERTS, Period, parse_scope
 from gateway.db import spend
 from gateway.db.migrate import upgrade
-from gateway.db.models import BudgetCounterRow, BudgetHoldRow, RateWindowRow
+from gateway.db.models import BudgetCounterRow, BudgetHoldRow
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import NotFound
 from tests.factories import tenants
@@ -198,8 +198,8 @@ def test_setting_again_changes_the_same_row_and_deleting_takes_what_names_it(
     empty_database_url: str,
 ) -> None:
     """A budget set twice on one scope and period is one row (its id kept); deleting it
-    takes its counters and holds, deleting a rate limit takes its windows, and an unknown
-    id is a 404 naming it."""
+    takes its counters and holds, deleting a rate limit takes its minutes' counters and
+    the slices held of them, and an unknown id is a 404 naming it."""
     factory, budget = _budget(empty_database_url, "1.000000000")
     at = datetime(2026, 12, 1, 12, tzinfo=UTC)
     assert _reserve_held(factory, _charge(budget, at, "0.250000000"))
@@ -210,10 +210,27 @@ def test_setting_again_changes_the_same_row_and_deleting_takes_what_names_it(
         )
         limit = spend.set_limit(session, scope=scope, requests_per_minute=5, tokens_per_minute=None)
         same = spend.set_limit(session, scope=scope, requests_per_minute=7, tokens_per_minute=9)
-        [window] = spend.count_request(session, [limit], at)
+    requests, tokens = spend.window_counters(limit.id)
+    minute = at.replace(second=0)
+    for name, cap in ((requests, 7), (tokens, 9)):
+        with transaction(factory) as session:
+            held = spend.sync_lease(
+                session,
+                spend.LeaseSync(
+                    holder="lease:a:0",
+                    budget_id=name,
+                    subject="",
+                    period_start=minute,
+                    limit=Decimal(cap),
+                    spent=Decimal(0),
+                    want=Decimal(4),
+                    floor=Decimal(0),
+                    expires_at=at + timedelta(minutes=1),
+                ),
+            )
+        assert held == (Decimal(4), Decimal(0))
     assert (again.id, again.limit, again.alert_at) == (budget.id, Decimal(2), ())
     assert (same.id, same.requests_per_minute, same.tokens_per_minute) == (limit.id, 7, 9)
-    assert window.admitted
     with transaction(factory) as session:
         assert spend.delete_budget(session, budget_id=budget.id) == again
         assert spend.delete_limit(session, limit_id=limit.id) == same
@@ -221,7 +238,6 @@ def test_setting_again_changes_the_same_row_and_deleting_takes_what_names_it(
         assert spend.list_budgets(session) == [] and spend.list_limits(session) == []
         assert session.scalars(select(BudgetCounterRow)).all() == []
         assert session.scalars(select(BudgetHoldRow)).all() == []
-        assert session.scalars(select(RateWindowRow)).all() == []
     with transaction(factory) as session, pytest.raises(NotFound) as gone:
         spend.delete_budget(session, budget_id=budget.id)
     assert gone.value.message == f"no budget with id {budget.id!r}"
