@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-LIBRARIES = {"load", "dashboard_load"}  # shared by the others, not run on its own
+LIBRARIES = {"load", "dashboard_load", "sidebyside_table"}  # shared by the others, not run on its own
 BENCHMARKS = sorted(p.stem for p in (Path(__file__).parents[1] / "benchmarks").glob("*.py"))
 
 
