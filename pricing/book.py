@@ -169,6 +169,10 @@ def parse_moment(value: str | date | datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
+# Rates are stored as money, Numeric(18, 9): under 10^9 whole units (per million tokens).
+MAX_RATE = Decimal(10**9)
+
+
 def parse_rate(value: Any, field: str) -> Decimal:
     """A non-negative per-million rate as an exact Decimal (YAML floats go through str)."""
     if isinstance(value, bool) or value is None:
@@ -179,6 +183,8 @@ def parse_rate(value: Any, field: str) -> Decimal:
         raise PriceError(f"{field}: not a number: {value!r}") from exc
     if not rate.is_finite() or rate < 0:
         raise PriceError(f"{field}: must be a finite non-negative number, got {value!r}")
+    if rate >= MAX_RATE:
+        raise PriceError(f"{field}: must be under {MAX_RATE} per million tokens, got {value!r}")
     return rate
 
 

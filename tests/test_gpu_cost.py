@@ -148,6 +148,15 @@ def test_set_refuses_what_it_cannot_charge_by_the_hour(
     assert message in result.output
 
 
+@pytest.mark.parametrize("cost", ["1e30", "1000000000"])
+def test_set_refuses_a_cost_the_money_columns_cannot_hold(env: dict[str, str], cost: str) -> None:
+    result = kvgate(
+        env, "set", "--deployment", "m", "--per-replica-hour", cost, "--effective-from", "now"
+    )
+    assert result.exit_code == 2, result.output
+    assert "the cost per replica-hour is 0 or more, under 1000000000" in result.output
+
+
 def test_an_entry_is_never_edited(env: dict[str, str]) -> None:
     set_both(env)
     result = kvgate(
