@@ -227,9 +227,13 @@ def dashboard(
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to the database named by KVGATE_DATABASE_URL."""
     from gateway.db.migrate import upgrade
+    from gateway.errors import InvalidRequest
 
     s = settings()
-    upgrade(s.database_url, revision)
+    try:
+        upgrade(s.database_url, revision)
+    except InvalidRequest as error:
+        fail(error.message)
     typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
 
 
@@ -237,9 +241,13 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]) -> None:
     """Revert migrations down to REVISION ('base' for an empty database)."""
     from gateway.db.migrate import downgrade
+    from gateway.errors import InvalidRequest
 
     s = settings()
-    downgrade(s.database_url, revision)
+    try:
+        downgrade(s.database_url, revision)
+    except InvalidRequest as error:
+        fail(error.message)
     typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
 
 

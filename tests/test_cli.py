@@ -329,3 +329,12 @@ def test_ceiling_refuses_an_end_before_its_start(env: dict[str, str]) -> None:
         2,
         "error: --end must not be before --start",
     )
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+def test_an_unknown_revision_is_refused_naming_it(env: dict[str, str], command: str) -> None:
+    result = kvgate("db", command, "no-such-revision", env=env, check=False)
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "error: Can't locate revision identified by 'no-such-revision'",
+    )
