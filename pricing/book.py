@@ -188,6 +188,15 @@ def parse_rate(value: Any, field: str) -> Decimal:
     return rate
 
 
+def _currency(value: Any) -> str:
+    """An ISO 4217 code, three capital letters: statements and budgets compare them."""
+    if not isinstance(value, str) or not (
+        len(value) == 3 and value.isascii() and value.isalpha() and value.isupper()
+    ):
+        raise PriceError(f"currency: an ISO 4217 code such as USD is required, got {value!r}")
+    return value
+
+
 def _optional_rate(entry: Mapping[str, Any], field: str) -> Decimal | None:
     value = entry.get(field)
     return None if value is None else parse_rate(value, field)
@@ -274,7 +283,7 @@ def price_from_mapping(entry: Mapping[str, Any]) -> Price:
         cache_read=parse_rate(entry.get("cache_read"), "cache_read"),
         cache_write=None if cache_write is None else parse_rate(cache_write, "cache_write"),
         output=parse_rate(entry.get("output"), "output"),
-        currency=str(entry.get("currency", "USD")),
+        currency=_currency(entry.get("currency", "USD")),
         source=str(entry.get("source", "")),
         captured_on=None if captured is None else parse_moment(captured).date(),
         cache_write_1h=_optional_rate(entry, "cache_write_1h"),

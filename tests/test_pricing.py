@@ -62,6 +62,12 @@ def test_a_rate_the_money_columns_cannot_hold_is_refused(rate: str) -> None:
         price(input=rate)
 
 
+@pytest.mark.parametrize("currency", ["", "usd", "US", "US DOLLAR", 840])
+def test_a_currency_that_is_not_an_iso_code_is_refused(currency: object) -> None:
+    with pytest.raises(PriceError, match=r"currency: an ISO 4217 code such as USD is required"):
+        price(currency=currency)  # type: ignore[arg-type]
+
+
 def test_two_different_prices_for_the_same_moment_are_refused() -> None:
     with pytest.raises(PriceError):
         PriceBook([price(input="1"), price(input="2")])
