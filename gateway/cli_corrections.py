@@ -129,8 +129,8 @@ def prices_correct(
         try:
             _write_csv(path, lines, names, fix.entry.id, currency)
         except OSError as error:
-            stored = "nothing was written" if dry_run else "the adjustments are stored"
-            fail(f"--csv {path}: {error.strerror} ({stored}; the table above is complete)")
+            kept = "nothing was written" if dry_run else "the adjustments are stored"
+            fail(f"--csv {path}: {error.strerror} ({kept}; the table above is complete)")
     delta = sum((line.delta for line in lines), Decimal(0))
     changed = sum(1 for line in lines if line.delta != 0)
     if dry_run:
