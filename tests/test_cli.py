@@ -338,3 +338,27 @@ def test_an_unknown_revision_is_refused_naming_it(env: dict[str, str], command: 
         2,
         "error: Can't locate revision identified by 'no-such-revision'",
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["tenants", "create", "n" * 201], "a tenant's name is 1 to 200 printable characters"),
+        (["tenants", "create", ""], "a tenant's name is 1 to 200 printable characters"),
+        (
+            ["tenants", "create", "beta", "--cache-group", "g" * 201],
+            "a cache group is 1 to 200 printable characters",
+        ),
+        (
+            ["tenants", "set-group", "acme", "--cache-group", "g" * 201],
+            "a cache group is 1 to 200 printable characters",
+        ),
+    ],
+)
+def test_a_name_the_tenants_columns_cannot_hold_is_refused(
+    env: dict[str, str], command: list[str], message: str
+) -> None:
+    kvgate("tenants", "create", "acme", env=env)
+    result = kvgate(*command, env=env, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: {message}, not ")
