@@ -9,7 +9,6 @@ import logging
 import os
 import shutil
 import sys
-from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +20,7 @@ from gateway.cli_corrections import prices_correct
 from gateway.cli_directory import keys_app, prices_app, tenants_app
 from gateway.cli_gpu_cost import gpu_cost_app
 from gateway.cli_reconcile import reconcile_app
-from gateway.cli_support import fail, sessions_for, settings
+from gateway.cli_support import day, fail, sessions_for, settings
 from gateway.config import ConfigError
 
 app = typer.Typer(
@@ -228,9 +227,13 @@ def dashboard(
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to the database named by KVGATE_DATABASE_URL."""
     from gateway.db.migrate import upgrade
+    from gateway.errors import InvalidRequest
 
     s = settings()
-    upgrade(s.database_url, revision)
+    try:
+        upgrade(s.database_url, revision)
+    except InvalidRequest as error:
+        fail(error.message)
     typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
 
 
@@ -238,9 +241,13 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]) -> None:
     """Revert migrations down to REVISION ('base' for an empty database)."""
     from gateway.db.migrate import downgrade
+    from gateway.errors import InvalidRequest
 
     s = settings()
-    downgrade(s.database_url, revision)
+    try:
+        downgrade(s.database_url, revision)
+    except InvalidRequest as error:
+        fail(error.message)
     typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
 
 
@@ -272,8 +279,8 @@ def billing_statement(
             statement = billing.build_statement(
                 session,
                 tenant=crud.get_tenant(session, name=tenant),
-                start=date.fromisoformat(start),
-                end=date.fromisoformat(end),
+                start=day(start, option="--start"),
+                end=day(end, option="--end"),
                 group_by=group_by,
             )
         except InvalidRequest as error:
@@ -296,7 +303,10 @@ def ceiling(
     from gateway.db.lookups import tenant_names
     from gateway.db.statements import day_bounds
 
-    lower, upper = day_bounds(date.fromisoformat(start), date.fromisoformat(end))
+    first, last = day(start, option="--start"), day(end, option="--end")
+    if last < first:
+        fail("--end must not be before --start")
+    lower, upper = day_bounds(first, last)
     with sessions_for(settings())() as session:
         rows = achieved_vs_ceiling(session, Scope(lower, upper, models=(model,) if model else ()))
         names = tenant_names(session)

@@ -126,7 +126,11 @@ def prices_correct(
     _table(lines, names)
     path = csv_path or (csv_name(fix.entry.id) if dry_run else None)
     if path is not None:
-        _write_csv(path, lines, names, fix.entry.id, currency)
+        try:
+            _write_csv(path, lines, names, fix.entry.id, currency)
+        except OSError as error:
+            kept = "nothing was written" if dry_run else "the adjustments are stored"
+            fail(f"--csv {path}: {error.strerror} ({kept}; the table above is complete)")
     delta = sum((line.delta for line in lines), Decimal(0))
     changed = sum(1 for line in lines if line.delta != 0)
     if dry_run:

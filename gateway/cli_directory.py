@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli_support import fail, publish, sessions_for, settings
+from gateway.cli_support import day, fail, publish, sessions_for, settings
 
 tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys (stored hashed; shown once).", no_args_is_help=True)
@@ -243,7 +243,7 @@ def prices_import_litellm(
     version, price_map = bundled_price_map()
     prices = prices_from_map(
         price_map,
-        captured_on=date.fromisoformat(captured_on),
+        captured_on=day(captured_on, option="--captured-on"),
         source=f"litellm {version}",
         match=match,
     )

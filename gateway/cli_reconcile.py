@@ -16,7 +16,7 @@ import orjson
 import typer
 
 from gateway.cli_breakers import moment
-from gateway.cli_support import fail, sessions_for, settings
+from gateway.cli_support import day, fail, sessions_for, settings
 
 if TYPE_CHECKING:
     from gateway.invoices.compare import Compared, Side, Variance
@@ -215,12 +215,7 @@ def reconcile_invoice(
 
 
 def _day(text: str | None, option: str) -> date | None:
-    if text is None:
-        return None
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        fail(f"{option} must be a day, YYYY-MM-DD, not {text!r}")
+    return None if text is None else day(text, option=option)
 
 
 def _money(value: Decimal | int) -> str:

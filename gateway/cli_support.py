@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
@@ -61,3 +62,11 @@ def fail(message: str) -> NoReturn:
     """Print an error and exit with status 2 (a usage or data error)."""
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
+
+
+def day(text: str, *, option: str) -> date:
+    """A UTC day given as YYYY-MM-DD; anything else fails (exit 2) naming the option."""
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        fail(f"{option} must be a day, YYYY-MM-DD, not {text!r}")

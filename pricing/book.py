@@ -169,6 +169,10 @@ def parse_moment(value: str | date | datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
+# Rates are stored as money, Numeric(18, 9): under 10^9 whole units (per million tokens).
+MAX_RATE = Decimal(10**9)
+
+
 def parse_rate(value: Any, field: str) -> Decimal:
     """A non-negative per-million rate as an exact Decimal (YAML floats go through str)."""
     if isinstance(value, bool) or value is None:
@@ -179,7 +183,18 @@ def parse_rate(value: Any, field: str) -> Decimal:
         raise PriceError(f"{field}: not a number: {value!r}") from exc
     if not rate.is_finite() or rate < 0:
         raise PriceError(f"{field}: must be a finite non-negative number, got {value!r}")
+    if rate >= MAX_RATE:
+        raise PriceError(f"{field}: must be under {MAX_RATE} per million tokens, got {value!r}")
     return rate
+
+
+def _currency(value: Any) -> str:
+    """An ISO 4217 code, three capital letters: statements and budgets compare them."""
+    if not isinstance(value, str) or not (
+        len(value) == 3 and value.isascii() and value.isalpha() and value.isupper()
+    ):
+        raise PriceError(f"currency: an ISO 4217 code such as USD is required, got {value!r}")
+    return value
 
 
 def _optional_rate(entry: Mapping[str, Any], field: str) -> Decimal | None:
@@ -268,7 +283,7 @@ def price_from_mapping(entry: Mapping[str, Any]) -> Price:
         cache_read=parse_rate(entry.get("cache_read"), "cache_read"),
         cache_write=None if cache_write is None else parse_rate(cache_write, "cache_write"),
         output=parse_rate(entry.get("output"), "output"),
-        currency=str(entry.get("currency", "USD")),
+        currency=_currency(entry.get("currency", "USD")),
         source=str(entry.get("source", "")),
         captured_on=None if captured is None else parse_moment(captured).date(),
         cache_write_1h=_optional_rate(entry, "cache_write_1h"),

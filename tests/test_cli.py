@@ -284,3 +284,81 @@ def test_help_is_everywhere() -> None:
         result = kvgate(*command, "--help")
         assert result.returncode == 0 and "Usage:" in result.stdout, command
         assert " ".join(command) in " ".join(result.stdout.split()), command
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (
+            ["billing", "statement", "--tenant", "acme", "--start", "x", "--end", "2026-11-30"],
+            "--start",
+        ),
+        (
+            [
+                "billing",
+                "statement",
+                "--tenant",
+                "acme",
+                "--start",
+                "2026-11-01",
+                "--end",
+                "2026-13-01",
+            ],
+            "--end",
+        ),
+        (["ceiling", "--start", "2026-11-01", "--end", "yesterday"], "--end"),
+        (["prices", "import-litellm", "--captured-on", "soon", "--dry-run"], "--captured-on"),
+        (
+            ["reconcile", "invoice", "bill.json", "--provider", "openai", "--since", "1/11/2026"],
+            "--since",
+        ),
+    ],
+)
+def test_a_day_that_is_not_one_is_refused_naming_the_option(
+    env: dict[str, str], command: list[str], option: str
+) -> None:
+    kvgate("tenants", "create", "acme", env=env)
+    result = kvgate(*command, env=env, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"error: {option} must be a day, YYYY-MM-DD, not " in result.stderr
+
+
+def test_ceiling_refuses_an_end_before_its_start(env: dict[str, str]) -> None:
+    result = kvgate("ceiling", "--start", "2026-11-02", "--end", "2026-11-01", env=env, check=False)
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "error: --end must not be before --start",
+    )
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+def test_an_unknown_revision_is_refused_naming_it(env: dict[str, str], command: str) -> None:
+    result = kvgate("db", command, "no-such-revision", env=env, check=False)
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "error: Can't locate revision identified by 'no-such-revision'",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["tenants", "create", "n" * 201], "a tenant's name is 1 to 200 printable characters"),
+        (["tenants", "create", ""], "a tenant's name is 1 to 200 printable characters"),
+        (
+            ["tenants", "create", "beta", "--cache-group", "g" * 201],
+            "a cache group is 1 to 200 printable characters",
+        ),
+        (
+            ["tenants", "set-group", "acme", "--cache-group", "g" * 201],
+            "a cache group is 1 to 200 printable characters",
+        ),
+    ],
+)
+def test_a_name_the_tenants_columns_cannot_hold_is_refused(
+    env: dict[str, str], command: list[str], message: str
+) -> None:
+    kvgate("tenants", "create", "acme", env=env)
+    result = kvgate(*command, env=env, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: {message}, not ")

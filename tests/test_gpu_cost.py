@@ -148,6 +148,26 @@ def test_set_refuses_what_it_cannot_charge_by_the_hour(
     assert message in result.output
 
 
+@pytest.mark.parametrize(
+    ("cost", "replicas", "message"),
+    [
+        ("1e30", "1", "the cost per replica-hour is 0 or more, under 1000000000"),
+        ("1000000000", "1", "the cost per replica-hour is 0 or more, under 1000000000"),
+        ("1", "99999999999", "charged for 1 to 1000000 replicas, not 99999999999"),
+        ("1000", "1000000", "an hour of the deployment costs under 1000000000"),
+    ],
+)
+def test_set_refuses_what_the_columns_cannot_hold(
+    env: dict[str, str], cost: str, replicas: str, message: str
+) -> None:
+    result = kvgate(
+        env, "set", "--deployment", "m", "--per-replica-hour", cost, "--effective-from", "now",
+        "--replicas", replicas,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+
+
 def test_an_entry_is_never_edited(env: dict[str, str]) -> None:
     set_both(env)
     result = kvgate(

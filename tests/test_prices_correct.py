@@ -98,6 +98,11 @@ def test_a_dry_run_prints_and_writes_the_table_and_stores_nothing(
     named = correct(env, *RATES, *REASON, "--dry-run", "--csv", str(elsewhere))
     assert named.output.splitlines()[-1] == f"table written to {elsewhere}"
     assert elsewhere.read_text() == written.read_text()
+    nowhere = correct(env, *RATES, *REASON, "--dry-run", "--csv", str(tmp_path / "no" / "x.csv"))
+    assert nowhere.exit_code == 2 and "Traceback" not in nowhere.output
+    assert f"--csv {tmp_path / 'no' / 'x.csv'}: No such file or directory (nothing was" in (
+        " ".join(nowhere.output.split())
+    )
 
 
 def test_applying_writes_adjustments_once_with_who_and_why(

@@ -56,6 +56,18 @@ def test_price_id_is_stable_and_utc() -> None:
     assert price(when="2026-07-01T02:00:00+02:00").id == "m@2026-07-01T00:00:00Z"
 
 
+@pytest.mark.parametrize("rate", ["1000000000", "1e999", "99999999999"])
+def test_a_rate_the_money_columns_cannot_hold_is_refused(rate: str) -> None:
+    with pytest.raises(PriceError, match=r"input: must be under 1000000000 per million tokens"):
+        price(input=rate)
+
+
+@pytest.mark.parametrize("currency", ["", "usd", "US", "US DOLLAR", 840])
+def test_a_currency_that_is_not_an_iso_code_is_refused(currency: object) -> None:
+    with pytest.raises(PriceError, match=r"currency: an ISO 4217 code such as USD is required"):
+        price(currency=currency)  # type: ignore[arg-type]
+
+
 def test_two_different_prices_for_the_same_moment_are_refused() -> None:
     with pytest.raises(PriceError):
         PriceBook([price(input="1"), price(input="2")])

@@ -92,28 +92,36 @@ def parse_call(
     the body's length in bytes as received (the bound budgets reserve against);
     ``wire_headers`` the client's headers of its wire, passed on to same-wire providers.
     """
-    check(SCHEMAS[endpoint], body)
+    shape = SCHEMAS[endpoint]
+    check(shape, body)
     model: str = body["model"]
     if not model:
         raise InvalidRequest("'model' is required and must be a string", param="model")
-    stream = bool(body.get("stream"))
-    options = body.get("stream_options") or {}
+
+    def member(name: str) -> Any:
+        # Only members the endpoint's schema declares (and check() has typed) are read:
+        # another endpoint's member (`stream` on embeddings, `stream_options` on Messages)
+        # is one the gateway does not know there, and passes through unread.
+        return body.get(name) if name in shape.fields else None
+
+    stream = bool(member("stream"))
+    options = member("stream_options") or {}
     # The Responses and Messages streams always end with their usage.
     wants_usage = bool(options.get("include_usage")) or endpoint in ALWAYS_USAGE
-    metadata = body.get("metadata") or {}
+    metadata = member("metadata") or {}
     return Call(
         endpoint=endpoint,
         model=model,
         body=body,
         stream=stream,
         client_wants_usage=stream and wants_usage,
-        client_salt=body.get("cache_salt"),
+        client_salt=member("cache_salt"),
         interaction_hint=metadata.get("interaction_id"),
         prompt_chars=_prompt_chars(endpoint, body),
         end_user=(
             end_user_of(metadata.get("user_id"), "metadata.user_id")
             if endpoint.anthropic
-            else end_user_of(body.get("user"))
+            else end_user_of(member("user"))
         ),
         tags=tags_of(tags_header, None if endpoint.anthropic else metadata),
         body_bytes=size,

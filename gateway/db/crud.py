@@ -37,10 +37,22 @@ def tenant_named(session: Session, name: str) -> TenantRow | None:
     return session.scalar(select(TenantRow).where(TenantRow.name == name))
 
 
+MAX_NAME = 200  # a tenant's name and cache group: String(200) columns
+
+
+def _checked(value: str, what: str) -> str:
+    """A tenant's name or cache group as stored: 1 to MAX_NAME printable characters."""
+    if not value or not value.isprintable() or len(value) > MAX_NAME:
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise InvalidRequest(f"{what} is 1 to {MAX_NAME} printable characters, not {shown!r}")
+    return value
+
+
 def create_tenant(session: Session, *, name: str, cache_group: str | None = None) -> TenantRow:
     """Add a tenant under a new id; InvalidRequest if its name is unprintable or taken."""
-    if not name or not name.isprintable():
-        raise InvalidRequest(f"a tenant's name is printable characters, not {name!r}")
+    _checked(name, "a tenant's name")
+    if cache_group is not None:
+        _checked(cache_group, "a cache group")
     if tenant_named(session, name) is not None:
         raise InvalidRequest(f"tenant {name!r} already exists")
     tenant = TenantRow(
@@ -61,7 +73,7 @@ def get_tenant(session: Session, *, name: str) -> TenantRow:
 def set_cache_group(session: Session, *, name: str, cache_group: str | None) -> TenantRow:
     """Put a tenant into an explicit cache-sharing group (None: its own scope)."""
     tenant = get_tenant(session, name=name)
-    tenant.cache_group = cache_group
+    tenant.cache_group = None if cache_group is None else _checked(cache_group, "a cache group")
     changes.bump(session, changes.KEYS)  # every key of the tenant now has another scope
     return tenant
 

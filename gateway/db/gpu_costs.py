@@ -24,6 +24,8 @@ from gateway.errors import InvalidRequest
 # charge output at 4 to 5 times input (a market view of the same ratio).
 DEFAULT_DECODE_WEIGHT = Decimal(4)
 NINE_PLACES = Decimal("0.000000001")
+MAX_AMOUNT = Decimal(10**9)  # Numeric(18, 9) holds less than 10^9 whole units
+MAX_REPLICAS = 1_000_000  # an Integer column; more replicas than any fleet has
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +44,16 @@ class GpuCost:
         at = self.effective_from
         if at.tzinfo is None or (at.minute, at.second, at.microsecond) != (0, 0, 0):
             raise InvalidRequest(f"a GPU cost takes effect at a whole UTC hour, not {at}")
-        if self.per_replica_hour < 0 or _places(self.per_replica_hour) > 9:
-            raise InvalidRequest("the cost per replica-hour is 0 or more, to at most 9 places")
-        if self.replicas < 1:
-            raise InvalidRequest("a GPU cost is charged for at least one replica")
+        if not 0 <= self.per_replica_hour < MAX_AMOUNT or _places(self.per_replica_hour) > 9:
+            raise InvalidRequest(
+                f"the cost per replica-hour is 0 or more, under {MAX_AMOUNT}, to at most 9 places"
+            )
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise InvalidRequest(
+                f"a GPU cost is charged for 1 to {MAX_REPLICAS} replicas, not {self.replicas}"
+            )
+        if self.hour_cost >= MAX_AMOUNT:
+            raise InvalidRequest(f"an hour of the deployment costs under {MAX_AMOUNT}")
         if self.decode_weight <= 0 or _places(self.decode_weight) > 9:
             raise InvalidRequest("the decode weight is more than 0, to at most 9 places")
 

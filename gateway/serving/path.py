@@ -207,6 +207,8 @@ class Serving:
         """Price and keep the attempt's record (durable before the answer's last byte);
         its cost counts against the request's budgets."""
         record = record_of(self.ledger, ctx, attempt, outcome, expectation)
+        if not ctx.call.endpoint.billed:
+            return record  # counting tokens, answered or failed: never on record
         await self.ledger.keep(record)
         if admitted.holds:
             admitted.add(record)

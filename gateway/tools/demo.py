@@ -161,10 +161,9 @@ def run_demo(
     dashboard_port: int = 8501,
 ) -> None:
     """Run the demo: database, simulated replicas, dashboard and workload, the gateway in front."""
-    import uvicorn
-
     from dashboard.launcher import command as dashboard_command
     from gateway.app import create_app
+    from gateway.server import run as serve
 
     workdir.mkdir(parents=True, exist_ok=True)
     config = write_config(workdir / "kvgate.yaml", sim_ports)
@@ -207,8 +206,11 @@ opens with data. Ctrl-C stops everything.
 """,
             flush=True,
         )
-        uvicorn.run(
+        # kvgate serve's server: the same header and body deadlines, head size and
+        # connection cap (KVGATE_HEADER_TIMEOUT_S and the rest) as in production.
+        serve(
             create_app(settings),
+            settings=settings,
             host="127.0.0.1",
             port=port,
             log_level="warning",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,7 +35,14 @@ from gateway.serving.prompts import routing_prompt
 from gateway.tools import workload
 from gateway.tools.demo import DEMO_MODEL
 from gateway.tools.sim.hashing import block_hashes
-from tests.support.processes import Proc, free_port, kvgate, wait_http, wait_recorded
+from tests.support.processes import (
+    Proc,
+    call,
+    free_port,
+    kvgate,
+    wait_http,
+    wait_recorded,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -71,6 +79,7 @@ def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_p
             "KVGATE_DATABASE_URL": url,
             "KVGATE_JOURNAL_DIR": str(tmp_path / "journal"),
             "KVGATE_RECORDER_FLUSH_INTERVAL_S": "0.05",
+            "KVGATE_MAX_HEADER_BYTES": "8192",
             "HOME": str(tmp_path),
         }
     )
@@ -102,6 +111,9 @@ def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_p
             assert time.monotonic() < deadline and process.poll() is None, demo.output()
             time.sleep(0.2)
         wait_recorded(demo.url)
+        # The demo's gateway is kvgate serve's server, with its limits (a head too large).
+        status, _, _ = call(f"{demo.url}/v1/models", headers={"X-Padding": "x" * 9000})
+        assert status == 431
         engine = make_engine(url)
         with engine.connect() as connection:
             tenants = set(connection.scalars(select(TenantRow.name)))
@@ -146,7 +158,8 @@ def test_the_demo_serves_the_dashboard_with_tenants_retries_and_cache_hits(tmp_p
             assert prompt.exact and prompt.prompt_tokens == len(tokens)
             assert prompt.hashes == [external(h) for h in block_hashes(tokens, 16, "a-salt")]
     finally:
-        demo.stop()
+        demo.stop(signal.SIGINT)  # Ctrl-C
+    assert process.returncode == 0 and "Traceback" not in demo.output(), demo.output()
     assert {"demo", "acme", "globex", "initech"} <= tenants
     assert by_status["completed"] == 3 * 10  # 4 chats of 3, 2, 2 and 3 turns per tenant
     assert by_status["failed"] == 3  # one refused request per tenant ...

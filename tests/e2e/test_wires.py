@@ -292,6 +292,31 @@ def test_embeddings_create_is_priced_at_the_input_rate(stack: Stack) -> None:
     assert f'kvgate_requests_total{{endpoint="/v1/embeddings",model="{SOLO}",'.encode() in body
 
 
+def test_another_endpoints_members_of_any_type_are_passed_on_unread(stack: Stack) -> None:
+    """`stream`, `stream_options` and `metadata` where the endpoint has none: neither a 500
+    (they were read as if declared) nor a stream answered as a broken SSE one."""
+    key = stack.keys["alpha"]
+    odd = {"stream": True, "stream_options": "x", "metadata": 5}
+    status, headers, body = call(
+        stack.url + "/v1/embeddings",
+        json.dumps({"model": SOLO, "input": "an embedded sentence of kvgate", **odd}).encode(),
+        {"Authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+    assert status == 200 and headers["content-type"] == "application/json", body
+    usage = json.loads(body)["usage"]
+    assert usage["prompt_tokens"] == 5 and Decimal(usage["cost"]) == expected_cost(5, 0, 0)
+    assert headers["x-kvgate-cost"] == usage["cost"]
+    check_row(row_of(stack, headers["x-request-id"]), "/v1/embeddings", 5, 0, 0)
+    counted = {"model": SOLO, "messages": [{"role": "user", "content": "count me"}], **odd}
+    status, headers, body = call(
+        stack.url + "/v1/messages/count_tokens",
+        json.dumps(counted).encode(),
+        {"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"},
+    )
+    assert status == 200 and headers["content-type"] == "application/json", body
+    assert json.loads(body)["input_tokens"] == 4
+
+
 # -- /v1/messages, /v1/messages/count_tokens --------------------------------------------
 
 # A system prompt of their own: the Responses tests' instructions render as the same

@@ -423,6 +423,41 @@ def test_any_json_body_is_a_call_or_an_invalid_request(body: dict[str, Any]) -> 
         assert call.model == body["model"] and call.prompt_chars >= 0
 
 
+# The least body each endpoint serves: a member of another endpoint's (`stream_options` on
+# Messages, `metadata` on embeddings) is unknown here, passed through and never read.
+MINIMAL: dict[Endpoint, dict[str, Any]] = {
+    Endpoint.CHAT: {"messages": [{"role": "user", "content": "hi"}]},
+    Endpoint.COMPLETIONS: {"prompt": "hi"},
+    Endpoint.EMBEDDINGS: {"input": "hi"},
+    Endpoint.RESPONSES: {"input": "hi"},
+    Endpoint.MESSAGES: {"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+    Endpoint.COUNT_TOKENS: {"messages": [{"role": "user", "content": "hi"}]},
+}
+
+
+@pytest.mark.parametrize("endpoint", list(Endpoint))
+@pytest.mark.parametrize("member", ["stream", "stream_options", "metadata", "user", "cache_salt"])
+@pytest.mark.parametrize("value", [True, 1, 1.5, "x", [1], {"include_usage": True}])
+def test_a_member_of_any_type_on_any_endpoint_is_a_call_or_a_400(
+    endpoint: Endpoint, member: str, value: Any
+) -> None:
+    body = {"model": "m", **MINIMAL[endpoint], member: value}
+    try:
+        call = parse_call(endpoint, body)
+    except InvalidRequest as error:
+        assert error.status == 400 and (error.param or "").startswith(member)
+        return
+    assert call.body is body and call.body[member] == value  # passed on as it came
+
+
+@pytest.mark.parametrize("endpoint", [Endpoint.EMBEDDINGS, Endpoint.COUNT_TOKENS])
+def test_stream_where_the_endpoint_has_no_streams_is_passed_on_not_obeyed(
+    endpoint: Endpoint,
+) -> None:
+    call = parse_call(endpoint, {"model": "m", **MINIMAL[endpoint], "stream": True})
+    assert not call.stream and call.body["stream"] is True
+
+
 @SETTINGS
 @given(raw=st.binary(max_size=64) | json_values.map(orjson.dumps))
 def test_any_bytes_are_a_json_object_or_an_invalid_request(raw: bytes) -> None:

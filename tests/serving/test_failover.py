@@ -181,3 +181,25 @@ async def test_a_replica_silent_past_the_deployment_timeout_fails_the_request_un
         attempt(rid, silent, status="failed", source="missing", error=message, stream=streamed)
     ]
     assert spare.bodies == []
+
+
+async def test_a_failed_count_tokens_is_answered_in_anthropics_shape_and_not_recorded(
+    harness: Harness,
+) -> None:
+    """Counting tokens is neither billed nor recorded: a failed attempt at it neither."""
+    refused = {"error": {"message": "too long", "type": "BadRequestError", "code": 400}}
+    _, erring = await harness.scripted(Answer(refused, 400))
+    gateway = await harness.one(erring)
+    counted = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with gateway.http(harness.tenant.key) as http:
+        reply = await http.post("/v1/messages/count_tokens", json=counted)
+        unreached = await harness.one(refusing_url())
+        async with unreached.http(harness.tenant.key) as other:
+            down = await other.post("/v1/messages/count_tokens", json=counted)
+    assert (reply.status_code, reply.json()) == (
+        400,
+        {"type": "error", "error": {"type": "invalid_request_error", "message": "too long"}},
+    )
+    assert await gateway.attempts(reply.headers["x-request-id"]) == []
+    assert down.status_code == 503 and down.json()["type"] == "error"
+    assert await unreached.attempts(down.headers["x-request-id"]) == []
