@@ -63,6 +63,7 @@ class Lease:
     last_used: float = field(default_factory=time.monotonic)
     synced_at: float = 0.0  # when its hold's expiry was last renewed
     syncing: asyncio.Event | None = None
+    waiting: int = 0  # requests waiting for a sync to cover them: the slice stays known
 
     @property
     def available(self) -> Decimal:
@@ -117,10 +118,14 @@ class Leases:
                 lease, lowered = self._lease(charge)
                 lease.last_used = time.monotonic()
                 lease.largest = max(lease.largest, charge.amount)
-                if lowered:  # what the slice holds may be past the new limit: resized first
-                    await self.sync(charge.key, need=charge.amount, again=True)
-                if not self._covers(lease, charge):
-                    await self.sync(charge.key, need=charge.amount)
+                lease.waiting += 1
+                try:
+                    if lowered:  # what the slice holds may be past the new limit: resized
+                        await self.sync(charge.key, need=charge.amount, again=True)
+                    if not self._covers(lease, charge):
+                        await self.sync(charge.key, need=charge.amount)
+                finally:
+                    lease.waiting -= 1
                 if not self._covers(lease, charge):
                     self.give_back(tuple(taken))
                     return charge
@@ -248,8 +253,22 @@ class Leases:
                     await self.sync(key)
                 except DatabaseError as exc:
                     log.warning("lease of %s not synced (%s); retrying", key[0], exc)
-            if lease.held == 0 and lease.used == 0 and lease.spent == 0 and want == 0:
+            if self._forgettable(lease):
                 del self.leases[key]
+
+    def _forgettable(self, lease: Lease) -> bool:
+        """Whether a slice can be forgotten: nothing held, in flight or unflushed, idle or
+        over now (not as of before a sync), and no request waiting on it or its sync. A
+        request that took from a slice forgotten under it would settle where the worker
+        never flushes (and a new slice of the counter would overwrite its hold)."""
+        return (
+            lease.held == 0
+            and lease.used == 0
+            and lease.spent == 0
+            and lease.syncing is None
+            and lease.waiting == 0
+            and lease.want(time.monotonic(), self.clock()) == 0
+        )
 
     async def close(self) -> None:
         """Flush every slice and give back what is not in flight (a gateway stopping)."""
