@@ -209,7 +209,10 @@ class Serving:
         record = record_of(self.ledger, ctx, attempt, outcome, expectation)
         if not ctx.call.endpoint.billed:
             return record  # counting tokens, answered or failed: never on record
-        await self.ledger.keep(record)
+        # Counted before it is awaited: a client leaving while the record is made durable
+        # cancels this task after the journal may already hold it, and its cost must still
+        # reach the budget (an unrecordable record is charged all the same: never under).
         if admitted.holds:
             admitted.add(record)
+        await self.ledger.keep(record)
         return record
