@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy import ColumnElement, case, func, select, text
 from sqlalchemy.orm import Session
 
 from gateway.db import sums
@@ -124,6 +124,7 @@ def statement_lines(
     )
     # Sums by hash (no sort), then the completed interactions of each line apart: a
     # count(DISTINCT) in the same query made the database sort every row of the month.
+    _hash_groups(session)
     rows = (
         session.execute(
             select(*key, source, *sums.columns(REQUESTS)).where(*where).group_by(*key, source)
@@ -138,6 +139,7 @@ def statement_lines(
         .subquery()
     )
     names = [c.name for c in cells.c if c.name != "interaction_id"]
+    _hash_groups(session)
     completed = {
         tuple(row[:-1]): row[-1]
         for row in session.execute(
@@ -184,6 +186,14 @@ def statement_lines(
         )
     )
     return lines
+
+
+def _hash_groups(session: Session) -> None:
+    """Postgres: group the next queries by hash, for this transaction. It expects about a
+    group per row of the day expression (840,006 for 120 lines at 10,000,000 records) and
+    so sorted every row of the month (5.7 s of the statement's 6.5 s at 10,000,000)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL enable_sort = off"))
 
 
 def applied_rates(rates: Rates) -> Rates:
@@ -253,6 +263,7 @@ def period_completed(
     if tenant_id is not None:
         query = query.where(RequestRow.tenant_id == tenant_id)
     interactions = query.subquery()
+    _hash_groups(session)
     completed, priced_ones = session.execute(
         select(func.count(), func.sum(interactions.c.priced))
     ).one()
