@@ -243,7 +243,7 @@ def timed(run: Callable[[], Any], repeats: int) -> tuple[float, float]:
     return statistics.median(times), max(times)
 
 
-def measure(url: str, repeats: int) -> None:
+def measure(url: str, repeats: int, only: str | None = None) -> None:
     engine = make_engine(url, work_mem=context.WORK_MEM)  # the dashboard's own engine
     sessions = session_factory(engine)
     with engine.connect() as connection:
@@ -294,6 +294,8 @@ def measure(url: str, repeats: int) -> None:
     }
     print(f"\n{'page':<36}{'period':<24}{'median':>10}{'worst':>10}")
     for page, loader in pages.items():
+        if only is not None and only not in page:
+            continue
         for label, view in views.items():
 
             def run(loader: Callable[[Any, View], Any] = loader, view: View = view) -> Any:
@@ -321,11 +323,12 @@ def main() -> None:
         help="recorder: insert_records in batches; copy: COPY, then the rollups in SQL",
     )
     parser.add_argument("--skip-measure", action="store_true", help="load only")
+    parser.add_argument("--only", help="time only the pages whose name contains this")
     args = parser.parse_args()
     if not args.skip_load:
         load(args.url, args.records, args.batch, args.load)
     if not args.skip_measure:
-        measure(args.url, args.repeats)
+        measure(args.url, args.repeats, args.only)
 
 
 if __name__ == "__main__":

@@ -146,25 +146,44 @@ def bars(points: Sequence[Point], *, title: str, y_title: str, y_format: str = "
     return chart
 
 
-def rate_steps(points: Sequence[Point], *, title: str) -> alt.Chart:
-    """Price-book rates over time: each series holds its rate until the next entry."""
+def fitted(values: Sequence[float]) -> list[float]:
+    """A y domain fitted to the values, a tenth of their range (or of the value) beyond
+    each end and never below 0, so a change of rate fills most of the plot's height."""
+    low, high = min(values), max(values)
+    pad = (high - low) / 10 if high > low else (abs(high) / 10 or 1.0)
+    return [max(0.0, low - pad) if low >= 0 else low - pad, high + pad]
+
+
+def rate_steps(points: Sequence[Point], *, title: str, y_title: str, x_title: str) -> alt.Chart:
+    """Price-book rates over time: each series holds its rate until the next entry, on a
+    y scale fitted to these rates alone (from 0, a cut of 0.02 to 0.015 beside a rate of
+    0.60 would move the line by a pixel)."""
+    values = [p.value for p in points if p.value is not None]
     chart: alt.Chart = (
         alt.Chart(_data(points), title=title, height=height(points))
         .mark_line(interpolate="step-after", point=True)
         .encode(
             x=alt.X(
                 "at:T",
-                title="effective from",
+                title=x_title,
                 scale=alt.Scale(type="utc"),
-                axis=alt.Axis(format="%Y-%m-%d"),
+                axis=alt.Axis(format="%Y-%m-%d", labelOverlap=True),
             ),
-            y=alt.Y("value:Q", title="per 1M tokens", axis=alt.Axis(format=",.3f")),
+            y=alt.Y(
+                "value:Q",
+                title=y_title,
+                scale=alt.Scale(zero=False, domain=fitted(values or [0.0])),
+                axis=alt.Axis(format=",.4~f"),
+            ),
             color=alt.Color("series:N", legend=LEGEND),
             tooltip=[
                 alt.Tooltip(
-                    "at:T", format="%Y-%m-%d %H:%M", timeUnit="utcyearmonthdatehoursminutes"
+                    "at:T",
+                    title="effective from",
+                    format="%Y-%m-%d %H:%M",
+                    timeUnit="utcyearmonthdatehoursminutes",
                 ),
-                "series:N",
+                alt.Tooltip("series:N", title="model"),
                 value_tooltip(points, ",.6f"),
             ],
         )

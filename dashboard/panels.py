@@ -10,7 +10,7 @@ from typing import Literal
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from dashboard import charts, formatting
+from dashboard import charts, formatting, tables
 from dashboard.changes import Before, Better, Change
 from dashboard.charts import Point
 from dashboard.data import Attribution, Overview
@@ -465,7 +465,7 @@ def spenders(found: Attribution, currency: str | None) -> None:
         if not rows:
             column.caption(empty)
             continue
-        column.dataframe(
+        tables.table(
             [
                 {
                     "name": s.name,
@@ -474,8 +474,8 @@ def spenders(found: Attribution, currency: str | None) -> None:
                 }
                 for s in rows
             ],
-            hide_index=True,
             key=f"spenders_{title}",
+            into=column,
         )
     st.caption(
         "A request with several tags counts in full under each; statements split the same "

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import streamlit as st
 
-from dashboard import context, formatting
+from dashboard import context, formatting, tables
 from gateway.db.figures import breaks, reconcile, spend
 from gateway.db.lookups import tenant_names
 
@@ -55,7 +55,7 @@ if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
             "tenant and model, most tokens lost first. Early: in the first 10 % of the prompt "
             "or its first two blocks: put the stable text first."
         )
-        st.dataframe(
+        tables.table(
             [
                 {
                     "tenant": names.get(p.tenant_id, p.tenant_id),
@@ -73,7 +73,6 @@ if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
                 }
                 for p in found
             ],
-            hide_index=True,
             key="breakers",
         )
     if windows is not None:  # the operator
@@ -85,7 +84,7 @@ if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
                 "kvgate's records of the attempts on each replica against the replica's own "
                 "counters (vllm:prompt_tokens, vllm:prefix_cache_hits), per hour."
             )
-            st.dataframe(
+            tables.table(
                 [
                     {
                         "replica": w.upstream,
@@ -102,8 +101,8 @@ if context.has_traffic(ctx, in_view=totals.sums.requests > 0):
                     }
                     for w in windows
                 ],
-                hide_index=True,
                 key="reconcile",
+                missing={"apart": "within 1 %"},
             )
             apart = [w for w in windows if w.over()]
             if apart:

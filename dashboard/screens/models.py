@@ -2,13 +2,66 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from decimal import Decimal
 
 import streamlit as st
 
-from dashboard import charts, context, data, formatting
+from dashboard import charts, context, data, formatting, tables
 from dashboard.charts import Point
+from dashboard.view import View
 from pricing.book import Price
+
+# The token classes drawn over time, each on its own chart and scale.
+CLASSES = {
+    "input": "Input",
+    "cache_read": "Cache-read",
+    "cache_write": "Cache-write",
+    "output": "Output",
+}
+
+
+def rate_charts(prices: Sequence[Price], view: View) -> None:
+    """One step chart per token class (cache writes only where an entry has a rate of its
+    own), each model a series held from its entry until the next, the last to the end of
+    the period at least."""
+    until = max(view.upper, max(p.effective_from for p in prices))
+    st.subheader("Rates over time")
+    st.caption(
+        "What each model's price book charged per million tokens, by token class: a step "
+        "is a new dated entry. Each class has its own scale (not from 0), so a cut of a "
+        "small rate shows as plainly as one of a large rate."
+    )
+    for kind, name in CLASSES.items():
+        if kind == "cache_write" and all(p.cache_write is None for p in prices):
+            continue  # written at the input rate: no rate of its own to draw
+        points: list[Point] = []
+        for model in sorted({p.model for p in prices}):
+            entries = [p for p in prices if p.model == model]
+            stops: list[tuple[datetime, Price]] = [(p.effective_from, p) for p in entries]
+            stops.append((until, entries[-1]))
+            points += [
+                Point(
+                    formatting.wall_clock(at, view.zone),
+                    model,
+                    float(rate),
+                    formatting.money(rate, p.currency),
+                )
+                for at, p in stops
+                for rate in [getattr(p, kind) if getattr(p, kind) is not None else p.input]
+            ]
+        currencies = "/".join(sorted({p.currency for p in prices}))
+        st.altair_chart(
+            charts.rate_steps(
+                points,
+                title=f"{name} rate per 1M tokens",
+                y_title=f"{currencies} per 1M {name.lower()} tokens",
+                x_title=f"effective from ({view.zone.key})",
+            ),
+            width="stretch",
+        )
+
 
 ctx = context.current()
 view = ctx.view
@@ -23,44 +76,26 @@ if not models.prices:
         "`kvgate prices add --model ... --effective-from ...` adds a dated entry."
     )
 else:
-    st.dataframe(
+    tables.table(
         [
             {
                 "model": p.model,
                 f"effective from ({view.zone.key})": formatting.moment(p.effective_from, view.zone),
                 "input / 1M": formatting.money(p.input, p.currency),
                 "cache read / 1M": formatting.money(p.cache_read, p.currency),
-                "cache write / 1M": formatting.money(p.cache_write, p.currency),
+                "cache write / 1M": formatting.money(p.cache_write, p.currency)
+                if p.cache_write is not None
+                else None,
                 "output / 1M": formatting.money(p.output, p.currency),
                 "currency": p.currency,
                 "source": p.source,
             }
             for p in models.prices
         ],
-        hide_index=True,
         key="price_book",
+        missing={"cache write / 1M": "as input", "source": "not given"},
     )
-    # Each model's last entry holds until now: draw it to the end of the period at least.
-    until = max(view.upper, max(p.effective_from for p in models.prices))
-    points: list[Point] = []
-    for model in sorted({p.model for p in models.prices}):
-        entries = [p for p in models.prices if p.model == model]
-        for kind in ("input", "cache_read", "output"):
-            series = f"{model} {kind.replace('_', ' ')}"
-            stops: list[tuple[datetime, Price]] = [(p.effective_from, p) for p in entries]
-            stops.append((until, entries[-1]))
-            points += [
-                Point(
-                    formatting.wall_clock(at, view.zone),
-                    series,
-                    float(getattr(p, kind)),
-                    formatting.money(getattr(p, kind), p.currency),
-                )
-                for at, p in stops
-            ]
-    st.altair_chart(
-        charts.rate_steps(points, title="Rates over time (per 1M tokens)"), width="stretch"
-    )
+    rate_charts(models.prices, view)
 
 st.header("Blended input rate paid")
 if not models.paid:
@@ -70,7 +105,7 @@ else:
         "Input cost (uncached + cache read + cache write) per million prompt tokens, "
         "against the entry's list input rate: the gap is what the cache took off."
     )
-    st.dataframe(
+    tables.table(
         [
             {
                 "model": r.model,
@@ -79,20 +114,19 @@ else:
                 ),
                 "currency": r.currency,
                 "list input / 1M": formatting.money(r.list_input_rate, r.currency),
-                "paid input / 1M": formatting.money(r.paid_input_rate, r.currency),
+                "paid input / 1M": formatting.money(r.paid_input_rate, r.currency)
+                if r.paid_input_rate is not None
+                else None,
                 "attempts": r.sums.requests,
                 "prompt tokens": r.sums.prompt_tokens,
                 "token hit rate": None
                 if not r.sums.prompt_tokens
-                else r.sums.cache_read_tokens / r.sums.prompt_tokens,
+                else formatting.percent(Decimal(r.sums.cache_read_tokens) / r.sums.prompt_tokens),
             }
             for r in models.paid
         ],
-        hide_index=True,
         key="paid_rates",
-        column_config={
-            "token hit rate": st.column_config.NumberColumn(format="percent"),
-        },
+        missing={"paid input / 1M": "no prompt tokens", "token hit rate": "no prompt tokens"},
     )
     bars = []
     for r in models.paid:
@@ -132,7 +166,7 @@ if models.unpriced:
         "lines without cost. Add a dated price with `kvgate prices add`.",
         icon=":material/warning:",
     )
-    st.dataframe(
+    tables.table(
         [
             {
                 "model": u.model,
@@ -142,7 +176,6 @@ if models.unpriced:
             }
             for u in models.unpriced
         ],
-        hide_index=True,
         key="unpriced",
     )
 elif ctx.traffic is not None:
@@ -155,7 +188,7 @@ if models.endpoints:
         "as the statements' endpoint column); 'before endpoints were kept' are records made "
         "before kvgate stored them (all chat or completions)."
     )
-    st.dataframe(
+    tables.table(
         [
             {
                 "endpoint": e.endpoint or "before endpoints were kept",
@@ -169,7 +202,6 @@ if models.endpoints:
             }
             for e in models.endpoints
         ],
-        hide_index=True,
         key="endpoints",
     )
 elif ctx.traffic is not None:
@@ -226,4 +258,8 @@ if ctx.only is None:  # operators only: it shows every tenant's figures
             for idle in serving.costs.idle
         ]
         rows.sort(key=lambda row: (str(row["deployment"]), row["tenant"] == "(idle)"))
-        st.dataframe(rows, hide_index=True, key="serving_cost")
+        tables.table(
+            rows,
+            key="serving_cost",
+            missing={"charged": "nothing (idle)", "cache saving": "nothing (idle)"},
+        )

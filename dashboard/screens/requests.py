@@ -32,6 +32,16 @@ KEY_COLUMNS = (
     "cost total",
 )
 
+# What an empty cell means, column by column (else "–").
+MISSING = {
+    "replica": "no replica",
+    "ttft ms": "no first token",
+    "currency": "unpriced",
+    "price": "unpriced",
+    "error": "none",
+    **{label: "unpriced" for label, _ in COSTS},
+}
+
 ctx = context.current()
 view = ctx.view
 
@@ -75,6 +85,7 @@ def table(lines: list[RequestLine], names: dict[str, str], key: str) -> Any:
         ],
         (started, *KEY_COLUMNS),
         key=key,
+        missing=MISSING,
         on_select="rerun",
         selection_mode="single-row",
     )

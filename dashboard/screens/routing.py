@@ -6,14 +6,43 @@ from decimal import Decimal
 
 import streamlit as st
 
-from dashboard import charts, context, data, formatting, panels
+from dashboard import charts, context, data, formatting, panels, tables
 from dashboard.charts import Point
+from gateway.db.figures.replicas import Replica
 from gateway.db.figures.spend import EXACT, ratio
 
 NO_ROUTING = (
     "No routing data yet: requests carry predicted and ceiling cached tokens once "
     "KV-aware routing records them (`policy: kv-aware` in kvgate.yaml)."
 )
+
+# The replica table's columns that only KV-aware routing fills.
+ROUTED = (
+    "predicted cached tokens",
+    "reported cached tokens (predicted requests)",
+    "ceiling hit rate",
+    "routing efficiency",
+    "ceiling",
+)
+
+# What the replica table shows; the rest is under "All columns".
+REPLICA_COLUMNS = (
+    "model",
+    "replica",
+    "attempts",
+    "failed",
+    "token hit rate",
+    "ceiling hit rate",
+    "routing efficiency",
+    "ceiling",
+)
+
+
+def where(replica: Replica) -> str:
+    """A replica's label on the charts: its model and upstream (one upstream may serve
+    several models; an attempt refused or failed before sending has none)."""
+    return f"{replica.model} on {replica.upstream or 'no replica'}"
+
 
 ctx = context.current()
 view = ctx.view
@@ -24,7 +53,7 @@ with ctx.sessions() as session:
 if context.has_traffic(ctx, in_view=bool(routing.replicas)):
     if view.tenant_ids:
         st.caption("Replica figures cover every tenant: the tenant filter does not apply here.")
-    st.dataframe(
+    tables.wide(
         [
             {
                 "model": r.model,
@@ -33,25 +62,26 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
                 "failed": f.failed_requests,
                 "prompt tokens": f.prompt_tokens,
                 "output tokens": f.output_tokens,
-                "token hit rate": f.hit_rate,
+                "token hit rate": tables.share(f.hit_rate),
                 "predicted cached tokens": f.predicted_cached_tokens
                 if f.predicted_requests
                 else None,
                 "reported cached tokens (predicted requests)": f.predicted_cache_read_tokens
                 if f.predicted_requests
                 else None,
-                "ceiling hit rate": f.ceiling_rate,
-                "routing efficiency": f.routing_efficiency,
-                "ceiling": f.ceiling_kind,
+                "ceiling hit rate": tables.share(f.ceiling_rate),
+                "routing efficiency": tables.share(f.routing_efficiency),
+                "ceiling": f.ceiling_kind if f.ceiling_requests else None,
             }
             for r in routing.replicas
             for f in [r.figures]
         ],
-        hide_index=True,
+        REPLICA_COLUMNS,
         key="replicas",
-        column_config={
-            name: st.column_config.NumberColumn(format="percent")
-            for name in ("token hit rate", "ceiling hit rate", "routing efficiency")
+        missing={
+            "replica": "no replica",
+            "token hit rate": "no prompt tokens",
+            **dict.fromkeys(ROUTED, panels.NO_ROUTING),
         },
     )
     approximate = sorted(
@@ -66,7 +96,7 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         )
     left, right = st.columns(2)
     load = [
-        Point(r.upstream, kind, float(value))
+        Point(where(r), kind, float(value))
         for r in routing.replicas
         for kind, value in (("attempts", r.figures.requests), ("failed", r.figures.failed_requests))
     ]
@@ -74,12 +104,17 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         charts.bars(load, title="Load per replica", y_title="attempts"), width="stretch"
     )
     hits = [
-        Point(r.upstream, "token hit rate", float(r.figures.hit_rate))
+        Point(where(r), "token hit rate", float(r.figures.hit_rate))
         for r in routing.replicas
         if r.figures.hit_rate is not None
     ]
     right.altair_chart(
-        charts.bars(hits, title="Token hit rate per replica", y_title="", y_format=".0%"),
+        charts.bars(
+            hits,
+            title="Token hit rate per replica",
+            y_title="share of prompt tokens read from cache",
+            y_format=".0%",
+        ),
         width="stretch",
     )
 
@@ -89,7 +124,7 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         st.info(NO_ROUTING, icon=":material/info:")
     else:
         points = [
-            Point(r.upstream, kind, float(value))
+            Point(where(r), kind, float(value))
             for r in predicted
             for kind, value in (
                 ("predicted", r.figures.predicted_cached_tokens),
@@ -114,25 +149,21 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         # Only replicas that say where their cached tokens came from (kvgate sim with
         # lower tiers; vLLM 0.32 does not, per request).
         st.header("Cached tokens by tier")
-        st.dataframe(
+        tables.table(
             [
                 {
                     "model": t.model,
                     "replica": t.upstream,
                     "requests": t.requests,
-                    "GPU": t.share(t.gpu_tokens),
-                    "host memory": t.share(t.host_tokens),
-                    "disk": t.share(t.disk_tokens),
+                    "GPU": tables.share(t.share(t.gpu_tokens)),
+                    "host memory": tables.share(t.share(t.host_tokens)),
+                    "disk": tables.share(t.share(t.disk_tokens)),
                     "cached tokens": t.cached_tokens,
                 }
                 for t in routing.tiers
             ],
-            hide_index=True,
             key="tiers",
-            column_config={
-                name: st.column_config.NumberColumn(format="percent")
-                for name in ("GPU", "host memory", "disk")
-            },
+            missing=dict.fromkeys(("GPU", "host memory", "disk"), "no cached tokens"),
         )
 
     st.header("Achieved vs ceiling over time")
@@ -155,6 +186,6 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
             view,
             points,
             title="Token hit rate: achieved vs ceiling (requests with a ceiling)",
-            y_title="",
+            y_title="share of prompt tokens read from cache",
             y_format=".0%",
         )

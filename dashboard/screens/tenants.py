@@ -11,7 +11,7 @@ from dashboard import budgets, context, data, formatting, panels, tables
 from gateway import billing
 from gateway.errors import InvalidRequest
 
-# What the tenants table shows; the rest is under "All columns".
+# What the tenants table shows, as many as fit at 1500 px; the rest is under "All columns".
 TENANT_COLUMNS = (
     "tenant",
     "spend",
@@ -20,8 +20,16 @@ TENANT_COLUMNS = (
     "token hit rate",
     "routing efficiency",
     "saved by cache",
-    "failed or retried share",
 )
+
+# What an empty cell means, column by column (else "–").
+MISSING = {
+    "token hit rate": "no prompt tokens",
+    "routing efficiency": panels.NO_ROUTING,
+    "ceiling": panels.NO_ROUTING,
+    "lost to avoidable misses": panels.NO_ROUTING,
+    "failed or retried share": "no spend",
+}
 
 ctx = context.current()
 view = ctx.view
@@ -46,29 +54,24 @@ if context.has_traffic(ctx, in_view=bool(everyone.figures)):
                 "cost per completed interaction": formatting.money(
                     f.cost_per_completed_interaction, cur
                 ),
-                "unpriced interactions": f.unpriced_interaction_share,
+                "unpriced interactions": tables.share(f.unpriced_interaction_share),
                 "attempts": f.sums.requests,
                 "unpriced attempts": f.unpriced.requests,
-                "failed or retried share": f.failed_cost_share,
-                "token hit rate": f.hit_rate,
-                "routing efficiency": f.routing_efficiency,
-                "ceiling": f.ceiling_kind,
+                "failed or retried share": tables.share(f.failed_cost_share),
+                "token hit rate": tables.share(f.hit_rate),
+                "routing efficiency": tables.share(f.routing_efficiency),
+                "ceiling": f.ceiling_kind if f.ceiling_requests else None,
                 "saved by cache": formatting.money(f.saved, cur),
-                "lost to avoidable misses": formatting.money(
-                    f.avoidable_miss_cost if f.ceiling_requests else None, cur
-                ),
+                "lost to avoidable misses": formatting.money(f.avoidable_miss_cost, cur)
+                if f.ceiling_requests
+                else None,
             }
         )
     tables.wide(
         rows,
         TENANT_COLUMNS,
         key="tenant_table",
-        column_config={
-            "unpriced interactions": st.column_config.NumberColumn(format="percent"),
-            "failed or retried share": st.column_config.NumberColumn(format="percent"),
-            "token hit rate": st.column_config.NumberColumn(format="percent"),
-            "routing efficiency": st.column_config.NumberColumn(format="percent"),
-        },
+        missing=MISSING,
     )
 
 st.header("Budgets")

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy import ColumnElement, case, func, select, text
 from sqlalchemy.orm import Session
 
 from gateway.db import sums
@@ -41,21 +41,6 @@ def _day(session: Session) -> ColumnElement[str]:
     if session.get_bind().dialect.name == "sqlite":
         return func.strftime("%Y-%m-%d", RequestRow.started_at)
     return func.to_char(RequestRow.started_at, "YYYY-MM-DD")
-
-
-def completed_interactions() -> ColumnElement[int]:
-    """Distinct interactions with a completed attempt (interaction ids are per tenant)."""
-    return func.count(func.distinct(case((RequestRow.status == COMPLETED, _interaction()))))
-
-
-def priced_completed_interactions() -> ColumnElement[int]:
-    """Distinct interactions with a completed attempt that a price entry covered."""
-    priced = (RequestRow.status == COMPLETED) & RequestRow.price_id.is_not(None)
-    return func.count(func.distinct(case((priced, _interaction()))))
-
-
-def _interaction() -> ColumnElement[str]:
-    return RequestRow.tenant_id + ":" + RequestRow.interaction_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,22 +116,38 @@ def statement_lines(
     )
     if grouping is not None:
         key = (*key, grouping.column().label("line_group"))
-    source = RequestRow.usage_source
-    query = (
-        select(
-            *key,
-            source.label("usage_source"),
-            completed_interactions().label("completed_interactions"),
-            *sums.columns(REQUESTS),
-        )
-        .where(
-            RequestRow.tenant_id == tenant_id,
-            RequestRow.started_at >= lower,
-            RequestRow.started_at < upper,
-        )
-        .group_by(*key, source)
+    source = RequestRow.usage_source.label("usage_source")
+    where = (
+        RequestRow.tenant_id == tenant_id,
+        RequestRow.started_at >= lower,
+        RequestRow.started_at < upper,
     )
-    rows = session.execute(query).mappings().all()
+    # Sums by hash (no sort), then the completed interactions of each line apart: a
+    # count(DISTINCT) in the same query made the database sort every row of the month.
+    _hash_groups(session)
+    rows = (
+        session.execute(
+            select(*key, source, *sums.columns(REQUESTS)).where(*where).group_by(*key, source)
+        )
+        .mappings()
+        .all()
+    )
+    cells = (
+        select(*key, source, RequestRow.interaction_id)
+        .where(*where, RequestRow.status == COMPLETED)
+        .group_by(*key, source, RequestRow.interaction_id)
+        .subquery()
+    )
+    names = [c.name for c in cells.c if c.name != "interaction_id"]
+    _hash_groups(session)
+    completed = {
+        tuple(row[:-1]): row[-1]
+        for row in session.execute(
+            select(*(cells.c[n] for n in names), func.count()).group_by(
+                *(cells.c[n] for n in names)
+            )
+        )
+    }
     prices = prices_by_id(session, {row["price_id"] for row in rows if row["price_id"] is not None})
     lines = []
     for row in rows:
@@ -160,7 +161,7 @@ def statement_lines(
                 rate_class=row["rate_class"],
                 usage_source=row["usage_source"],
                 currency=price.currency if price is not None else None,
-                completed_interactions=row["completed_interactions"],
+                completed_interactions=completed.get(tuple(row[n] for n in names), 0),
                 sums=sums.from_row(row),
                 rates=(
                     applied_rates(price.rates_named(row["rate_class"] or STANDARD))
@@ -185,6 +186,14 @@ def statement_lines(
         )
     )
     return lines
+
+
+def _hash_groups(session: Session) -> None:
+    """Postgres: group the next queries by hash, for this transaction. It expects about a
+    group per row of the day expression (840,006 for 120 lines at 10,000,000 records) and
+    so sorted every row of the month (5.7 s of the statement's 6.5 s at 10,000,000)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL enable_sort = off"))
 
 
 def applied_rates(rates: Rates) -> Rates:
@@ -237,14 +246,28 @@ class Completed:
 def period_completed(
     session: Session, *, tenant_id: str | None, lower: datetime, upper: datetime
 ) -> Completed:
-    """Completed interactions in a period, counted once even across days and models."""
-    query = select(completed_interactions(), priced_completed_interactions()).where(
-        RequestRow.started_at >= lower, RequestRow.started_at < upper
+    """Completed interactions in a period, counted once even across days and models.
+
+    Grouped by interaction (a hash), then counted: ``count(DISTINCT)`` sorted the period's
+    every row."""
+    priced = func.max(case((RequestRow.price_id.is_not(None), 1), else_=0))
+    query = (
+        select(RequestRow.tenant_id, RequestRow.interaction_id, priced.label("priced"))
+        .where(
+            RequestRow.started_at >= lower,
+            RequestRow.started_at < upper,
+            RequestRow.status == COMPLETED,
+        )
+        .group_by(RequestRow.tenant_id, RequestRow.interaction_id)
     )
     if tenant_id is not None:
         query = query.where(RequestRow.tenant_id == tenant_id)
-    completed, priced = session.execute(query).one()
-    return Completed(int(completed or 0), int(priced or 0))
+    interactions = query.subquery()
+    _hash_groups(session)
+    completed, priced_ones = session.execute(
+        select(func.count(), func.sum(interactions.c.priced))
+    ).one()
+    return Completed(int(completed or 0), int(priced_ones or 0))
 
 
 def tenant_by_id(session: Session, tenant_id: str) -> TenantRow | None:

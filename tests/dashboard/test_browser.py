@@ -6,8 +6,10 @@ that browser, it never downloads one. The screenshot is left in test-artifacts/.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,89 @@ CLIPPED = """parts => parts
     .map(part => part.innerText)"""
 
 
+# Streamlit draws a table on a canvas; glide-data-grid mirrors the cells it has drawn in
+# an accessible <table> inside it, a None or NaN there as an empty cell (the canvas shows
+# "None"). Only the cells in view are mirrored, so each table is scrolled through.
+BAD_CELL = ("", "None", "nan", "NaN", "NaT", "<NA>", "null")
+CELLS = """async grid => {
+    const scroller = grid.querySelector(".dvn-scroller");
+    const cells = new Map();
+    const drawn = () => new Promise(done => setTimeout(done, 250));
+    const read = () => {
+        const heads = {};
+        for (const th of grid.querySelectorAll("th[role=columnheader]"))
+            heads[th.getAttribute("aria-colindex")] = th.innerText;
+        for (const tr of grid.querySelectorAll("tbody tr"))
+            for (const td of tr.querySelectorAll("td"))
+                cells.set(`${tr.getAttribute("aria-rowindex")}:${td.getAttribute("aria-colindex")}`,
+                          [heads[td.getAttribute("aria-colindex")], td.innerText.trim()]);
+    };
+    const over = scroller.scrollWidth - scroller.clientWidth;
+    const across = Math.max(1, scroller.clientWidth - 40);
+    const down = Math.max(1, scroller.clientHeight - 40);
+    for (let top = 0; top < scroller.scrollHeight; top += down)
+        for (let left = 0; left < scroller.scrollWidth; left += across) {
+            scroller.scrollTo(left, top);
+            await drawn();
+            read();
+        }
+    scroller.scrollTo(0, 0);
+    return {cells: [...cells.values()], over, folded: !!grid.closest('[data-testid="stExpander"]')};
+}"""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as Chromium drew it: its cells as (column, text), how many pixels of it run
+    past its frame sideways, and whether it is under an "All columns" expander."""
+
+    cells: list[tuple[str, str]]
+    over: int
+    folded: bool
+
+
+def tables_of(page: Any) -> list[Table]:
+    """Every table on the page, "All columns" expanders opened."""
+    for summary in page.locator('[data-testid="stExpander"] summary').all():
+        if summary.get_attribute("aria-expanded") != "true":
+            summary.click()
+    page.wait_for_timeout(1000)
+    grids = page.locator('[data-testid="stDataFrame"]')
+    found = []
+    for n in range(grids.count()):
+        grids.nth(n).scroll_into_view_if_needed()
+        drawn = grids.nth(n).evaluate(CELLS)
+        found.append(
+            Table([(c, t) for c, t in drawn["cells"]], int(drawn["over"]), drawn["folded"])
+        )
+    return found
+
+
+# A rate chart's points as drawn: (chart title, the point's aria-label, its y in pixels).
+RATE_POINTS = """charts => charts.flatMap(chart => {
+    const title = chart.querySelector(".role-title-text")?.textContent ?? "";
+    return [...chart.querySelectorAll('g.mark-symbol path[aria-roledescription="point"]')]
+        .map(point => [title, point.getAttribute("aria-label"),
+                       point.transform.baseVal.consolidate().matrix.f]);
+})"""
+# The seeded price book cuts every class of model "m" on July 1st.
+RATE_CHARTS = {f"{name} rate per 1M tokens" for name in ("Input", "Cache-read", "Output")}
+MIN_STEP = 20  # pixels: a change of rate the eye sees at a glance (plots are 250 high)
+
+
+def steps(drawn: list[tuple[str, str, float]]) -> dict[tuple[str, str], list[float]]:
+    """Each rate chart's series: the pixel heights of its rates' changes (none: unchanged)."""
+    heights: dict[tuple[str, str], dict[str, float]] = {}
+    for title, label, y in drawn:
+        fields = dict(part.split(": ", 1) for part in label.split("; "))
+        heights.setdefault((title, fields["model"]), {})[fields["value"]] = y
+    return {
+        key: [abs(b - a) for a, b in itertools.pairwise(ys)]
+        for key, rates in heights.items()
+        for ys in [sorted(rates.values())]
+    }
+
+
 def full_page(page: Any, path: Path) -> None:
     """A screenshot of the whole page: Streamlit scrolls its main block inside the window,
     so the window is made as tall as that block's content for the shot."""
@@ -142,6 +227,8 @@ def full_page(page: Any, path: Path) -> None:
 def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> None:
     """Every page in Chromium: no exception, every chart drawn and at least its minimum
     height (plot area and frame, see dashboard/charts.py), no tile reading None or nan,
+    no table cell (every table, "All columns" opened) empty or reading None, nan or NaT,
+    no table but an "All columns" one wider than the page,
     no tile title cut off, every overview tile with its change since the previous week,
     and a full-page screenshot of each under test-artifacts/dashboard/ (the Tenants page's
     budgets and refusals in one more, tenants-budgets.png)."""
@@ -152,6 +239,7 @@ def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> Non
     folder = ARTIFACTS / "dashboard"
     folder.mkdir(parents=True, exist_ok=True)
     drawn: dict[str, int] = {}
+    cells: dict[str, int] = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
         try:
@@ -219,7 +307,24 @@ def test_every_page_draws_readable_charts_and_sound_tiles(served: Seeded) -> Non
                     )
                     page.wait_for_timeout(500)
                     page.screenshot(path=str(folder / "tenants-budgets.png"))
+                if name == "models":  # every change of rate a visible step, per class
+                    found = steps(
+                        page.locator('[data-testid="stVegaLiteChart"]').evaluate_all(RATE_POINTS)
+                    )
+                    rated = {k: v for k, v in found.items() if "rate per 1M tokens" in k[0]}
+                    changed = [k for k, v in rated.items() if v]
+                    assert {title for title, _ in changed} >= RATE_CHARTS, rated
+                    for key, heights in rated.items():
+                        assert all(h >= MIN_STEP for h in heights), (key, heights)
+                tables = tables_of(page)
+                cells[name] = sum(len(t.cells) for t in tables)
+                for n, table in enumerate(tables):
+                    assert table.cells, (name, n, "no cell read")
+                    bad = [(column, text) for column, text in table.cells if text in BAD_CELL]
+                    assert bad == [], (name, n, bad)
+                    # A shown table fits the page; only "All columns" may scroll sideways.
+                    assert table.folded or table.over <= 1, (name, n, table.over, table.cells)
         finally:
             browser.close()
-    print(f"\ncharts drawn per page: {drawn}")
+    print(f"\ncharts drawn per page: {drawn}; table cells read: {cells}")
     assert drawn["overview"] == 4 and drawn["routing"] >= 1 and drawn["models"] >= 1

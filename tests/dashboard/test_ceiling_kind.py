@@ -91,7 +91,7 @@ def test_an_exact_ceiling_is_shown_as_it_is(tenant: World, monkeypatch: pytest.M
     routing = open_app(tenant.url, monkeypatch, page="routing")
     rows = routing.dataframe[0].value.to_dict("records")
     assert [(r["model"], r["ceiling"], r["routing efficiency"]) for r in rows] == [
-        ("m", "exact", 1)
+        ("m", "exact", "100.0 %")
     ]
     assert not any("pproximate" in str(c.value) for c in routing.caption)
 
@@ -112,7 +112,7 @@ def test_an_approximate_ceiling_says_so_and_efficiency_stays_within_100_percent(
     routing = open_app(tenant.url, monkeypatch, page="routing")
     rows = {r["model"]: r for r in routing.dataframe[0].value.to_dict("records")}
     assert rows["text"]["ceiling"] == "approximate"
-    assert rows["text"]["routing efficiency"] == Decimal(560) / 608
+    assert rows["text"]["routing efficiency"] == formatting.percent(Decimal(560) / 608)
     assert rows["m"]["ceiling"] == "exact"
     captions = "\n".join(str(c.value) for c in routing.caption)
     assert "Approximate ceilings and predictions for text: the router had no tokenizer" in captions
@@ -124,4 +124,7 @@ def test_an_approximate_ceiling_says_so_and_efficiency_stays_within_100_percent(
 
     tenants = open_app(tenant.url, monkeypatch, page="tenants")
     (row,) = all_columns(tenants, "ceiling").to_dict("records")
-    assert (row["ceiling"], row["routing efficiency"]) == ("partly approximate", expected)
+    assert (row["ceiling"], row["routing efficiency"]) == (
+        "partly approximate",
+        formatting.percent(expected),
+    )

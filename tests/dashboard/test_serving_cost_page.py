@@ -87,9 +87,9 @@ def test_operators_see_cost_to_serve_per_deployment_and_tenant_and_the_idle_hour
             "tenant": "(idle)",
             "hours": 11,
             "cost to serve": money(D("35.000000000")),
-            "charged": None,
+            "charged": "nothing (idle)",  # not an empty cell
             "margin": money(D("-35.000000000")),
-            "cache saving": None,
+            "cache saving": "nothing (idle)",
         },
     ]
     caption = " ".join(c.value for c in app.caption)
