@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-LIBRARIES = {"load", "dashboard_load", "sidebyside_table"}  # shared by the others, not run on its own
+# Shared by the others, not run on their own.
+LIBRARIES = {"load", "dashboard_load", "sidebyside_table"}
 BENCHMARKS = sorted(p.stem for p in (Path(__file__).parents[1] / "benchmarks").glob("*.py"))
 
 
