@@ -135,7 +135,7 @@ def test_entries_are_dated_whole_hours_and_never_edited(
         ]
     with pytest.raises(InvalidRequest, match="whole UTC hour"):
         GpuCost("m", at(10, 30), D(1), 1, D(4))
-    with pytest.raises(InvalidRequest, match="at least one replica"):
+    with pytest.raises(InvalidRequest, match="1 to 1000000 replicas, not 0"):
         GpuCost("m", at(10), D(1), 0, D(4))
     with pytest.raises(InvalidRequest, match="decode weight"):
         GpuCost("m", at(10), D(1), 1, D(0))
