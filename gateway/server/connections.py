@@ -14,7 +14,9 @@ a body shorter than its Content-Length waits forever. Per connection:
   shape, ``retry-after``) as soon as its first bytes arrive, and closed: it is never
   parsed, never reaches the app, and holds its descriptor for a moment only.
 
-Every answer here is written straight to the socket and closes the connection. The cost
+Every answer here is written straight to the socket and ends the connection: the answer
+and a FIN, then what the client still sends is dropped until it closes (``LINGER_S`` at
+most), so that a reset never drops the answer in flight. The cost
 on the hot path is one timer per connection (armed when it opens, cancelled when it
 closes) and, per request, two comparisons and a clock read: a request that arrives in
 one read, as almost all do, arms no timer of its own.
@@ -41,7 +43,13 @@ TALLY_WINDOW_S = 10.0
 REFUSED_LINGER_S = 1.0  # how long an over-the-cap connection may take to send its first bytes
 
 # What the parser is waiting for on a connection.
-_HEAD, _BODY, _IDLE = 0, 1, 2
+_HEAD, _BODY, _IDLE, _CUT = 0, 1, 2, 3
+# A cut connection's answer goes out with a FIN, and what the client still sends is read
+# and dropped for this long: closing over unread bytes resets the connection, and a reset
+# drops the answer in flight (nginx's "lingering close"); a client that keeps sending past
+# LINGER_BYTES is closed on at once (it is flooding, not finishing a request).
+LINGER_S = 2.0
+LINGER_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +186,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._refusing:
             self._refuse()
             return
+        if self._phase == _CUT:  # answered and half-closed: read only to be dropped
+            self._head_bytes += len(data)
+            if self._head_bytes > LINGER_BYTES:
+                self.transport.close()
+            return
         self._unset_keepalive_if_required()
         self._chunk = len(data)
         try:
@@ -272,6 +285,14 @@ class GuardedProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True
             cycle.message_event.set()
+        if answer and self.transport.can_write_eof():
+            self.transport.write(answer)
+            self.transport.write_eof()  # the client reads the answer, then closes: we close
+            self._phase, self._head_bytes = _CUT, 0
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_later(LINGER_S, self.transport.close)
+            return
         if answer:
             self.transport.write(answer)
         self.transport.close()
