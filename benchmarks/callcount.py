@@ -35,13 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.load import JSON_MODEL, SSE_MODEL, request_body
 from benchmarks.overhead import scratch_database
-from benchmarks.sidebyside import PRICE_MODEL, start_nginx
+from benchmarks.sidebyside import PRICE_MODEL, bench_tenant, start_nginx
 from tests.factories import config_file
 from tests.support.processes import (
-    cli_tenant,
     free_port,
-    gateway_env,
-    kvgate,
     wait_http,
     wait_ready_to_record,
 )
@@ -124,18 +121,7 @@ def main() -> None:
         nginx = start_nginx(tmp, json_ports, sse_ports)
         stack.callback(nginx.stop)
         database_url = stack.enter_context(scratch_database(args.database_url, "kvgate_calls_"))
-        env = gateway_env(
-            database_url,
-            tmp / "journal",
-            KVGATE_LOG_LEVEL="error",
-            KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2",
-            KVGATE_KEY_REFRESH_S="5",
-            KVGATE_PRICE_REFRESH_S="30",
-        )
-        env["PYTHONPATH"] = str(tree)
-        kvgate("db", "upgrade", env=env)
-        kvgate("prices", "sync", env=env)
-        key, _ = cli_tenant(env, "bench")
+        env, key = bench_tenant(database_url, tmp, PYTHONPATH=str(tree))
         models = [
             {"name": name, "replicas": urls, "policy": "kv-aware", "price_model": PRICE_MODEL}
             for name, urls in (

@@ -164,6 +164,24 @@ def start_nginx(tmp: Path, json_ports: list[int], sse_ports: list[int]) -> Proc:
     return Proc(process, url, log)
 
 
+def bench_tenant(database_url: str, tmp: Path, **extra: str) -> tuple[dict[str, str], str]:
+    """The benchmark gateway's environment over a migrated database with prices, and the
+    key of its one tenant (``extra``: more environment, for the CLI calls too)."""
+    env = gateway_env(
+        database_url,
+        tmp / "journal",
+        KVGATE_LOG_LEVEL="error",
+        KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2",
+        KVGATE_KEY_REFRESH_S="5",
+        KVGATE_PRICE_REFRESH_S="30",
+        **extra,
+    )
+    kvgate("db", "upgrade", env=env)
+    kvgate("prices", "sync", env=env)
+    key, _ = cli_tenant(env, "bench")
+    return env, key
+
+
 def start_litellm(tmp: Path, upstream_json: str, upstream_sse: str, key: str) -> Proc:
     def model(name: str, upstream: str) -> dict[str, object]:
         return {
@@ -319,17 +337,7 @@ def main() -> None:
         results["direct"], _ = measure(direct, tmp, args)
 
         database_url = stack.enter_context(scratch_database(args.database_url, "kvgate_sbs_"))
-        env = gateway_env(
-            database_url,
-            tmp / "journal",
-            KVGATE_LOG_LEVEL="error",
-            KVGATE_RECORDER_FLUSH_INTERVAL_S="0.2",
-            KVGATE_KEY_REFRESH_S="5",
-            KVGATE_PRICE_REFRESH_S="30",
-        )
-        kvgate("db", "upgrade", env=env)
-        kvgate("prices", "sync", env=env)
-        key, _ = cli_tenant(env, "bench")
+        env, key = bench_tenant(database_url, tmp)
         models: list[dict[str, object]] = [
             {"name": name, "replicas": urls, "policy": "kv-aware", "price_model": PRICE_MODEL}
             for name, urls in ((JSON_MODEL, json_urls), (SSE_MODEL, sse_urls))
