@@ -158,6 +158,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._chunk = 0  # size of the read being parsed
         self._answered = False  # we wrote the last word on this connection
         self._refusing = False
+        self._rechecked = False  # an idle deadline looked again after one more poll
 
     # -- connection -----------------------------------------------------------------------
 
@@ -266,6 +267,11 @@ class GuardedProtocol(HttpToolsProtocol):
             self._cut(self.answers.body_timeout, "body timeout")
         elif self._head_bytes:
             self._cut(self.answers.header_timeout, "header timeout")
+        elif not self._rechecked:
+            # Nothing heard yet, but the loop may have been too busy to read what has come:
+            # timers run before the poll, so look once more after the next one.
+            self._rechecked = True
+            self._timer = self.loop.call_later(0, self._expire)
         else:  # nothing sent since the connection (or the last answer): nothing to say
             self._cut(b"", "idle timeout")
 

@@ -16,12 +16,14 @@ from sqlalchemy import select
 from gateway.db.models import RequestRow
 from tests.faults.conftest import MODEL, make_stack
 from tests.faults.load import Load
+from tests.faults.probes import metric
 from tests.support.processes import start_sim, wait_recorded
 
 pytestmark = pytest.mark.e2e
 # 100 output tokens at 50 tokens/s: every request lasts two seconds, so a third of the
 # ~60 in flight are on the replica when it dies.
 SIM_ARGS = ("--prefill-tokens-per-s", "0", "--decode-tokens-per-s", "50")
+IN_FLIGHT = 14  # on the victim when it is killed, about half of them streams
 
 
 def output_tokens(body: bytes) -> tuple[int, dict[str, object] | None]:
@@ -55,6 +57,12 @@ def test_a_killed_replica_fails_its_streams_cleanly_and_is_routed_around(
         load = Load(stack.url, stack.key, MODEL, rate=30, concurrency=128, max_tokens=100)
         load.start()
         time.sleep(4)
+        # Killed with streams under way on it: on a busy machine the router may have sent
+        # it fewer for a while (a late health check keeps a replica out until one passes).
+        deadline = time.monotonic() + 30
+        while metric(victim.url, "vllm:num_requests_running") < IN_FLIGHT:
+            assert time.monotonic() < deadline, "the victim never had the load on it"
+            time.sleep(0.05)
         killed_at = datetime.now(UTC)
         victim.stop(signal.SIGKILL)
         time.sleep(5)

@@ -16,11 +16,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
+import uvloop
 
 from tests.faults.conftest import MODEL, Stack, make_stack
 from tests.faults.probes import rss_kib
@@ -56,15 +58,43 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 SLOW_CONNECTIONS = 2000
 NORMAL_CLIENTS = 4
 PER_CONNECTION = 16 * 1024
+# The 2,000 are opened in waves (all of them are still held at once: each lives for the
+# header timeout at least), so that the test's own event loop sends each one's first bytes
+# right after its connection: the gateway times a head from the connection, and a client
+# that has sent nothing by the deadline is closed without a word, as it should be.
+WAVE = 100
+WAVE_GAP_S = 0.02
+# A connection whose first bytes left within this long of its connect call was surely
+# heard by the gateway well before its deadline: it must be answered with its 408. One
+# sent later (the test's own loop behind on a busy 2-core machine) may be closed silently.
+PROMPT_S = HEADER_TIMEOUT_S / 2
 
 
-async def trickle(stack: Stack) -> tuple[str, float, bytes]:
+@dataclass(frozen=True)
+class Cut:
+    """How the gateway ended one slow connection."""
+
+    kind: str
+    lag_s: float  # from the connect call to the first bytes sent
+    closed_s: float  # from the connect call to the gateway's close
+    first: bytes  # what the gateway said first (b"" for nothing)
+
+    @property
+    def prompt(self) -> bool:
+        return self.lag_s < PROMPT_S
+
+    @property
+    def answer(self) -> bytes:
+        return self.first[:12]
+
+
+async def trickle(stack: Stack) -> Cut:
     """A head sent one byte every half second: never done within the header timeout."""
+    asked = time.monotonic()
     reader, writer = await asyncio.open_connection(*address(stack))
-    opened = time.monotonic()
     data = head(stack, "X-Slowly: " + "a" * 200)
-
     writer.write(data[:1])  # at once: the gateway times the head from its connection
+    sent = time.monotonic()
 
     async def drip() -> None:
         for byte in data[1:]:
@@ -73,40 +103,42 @@ async def trickle(stack: Stack) -> tuple[str, float, bytes]:
 
     dripping = asyncio.ensure_future(drip())
     try:
-        return "trickle", *(await until_closed(reader, opened))
+        return await until_closed("trickle", reader, asked, sent)
     finally:
         dripping.cancel()
         writer.close()
 
 
-async def unterminated(stack: Stack) -> tuple[str, float, bytes]:
+async def unterminated(stack: Stack) -> Cut:
     """Most of the size limit of head at once, then nothing: held until the timeout."""
+    asked = time.monotonic()
     reader, writer = await asyncio.open_connection(*address(stack))
-    opened = time.monotonic()
     writer.write(head(stack, "X-Big: " + "a" * (MAX_HEADER_BYTES - 2048)))
+    sent = time.monotonic()
     try:
-        return "unterminated", *(await until_closed(reader, opened))
+        return await until_closed("unterminated", reader, asked, sent)
     finally:
         writer.close()
 
 
-async def short_body(stack: Stack) -> tuple[str, float, bytes]:
+async def short_body(stack: Stack) -> Cut:
     """A whole head, then ten bytes of the thousand it promised."""
+    asked = time.monotonic()
     reader, writer = await asyncio.open_connection(*address(stack))
-    opened = time.monotonic()
     writer.write(head(stack, "Content-Length: 1000\r\n\r\n") + b'{"model": ')
+    sent = time.monotonic()
     try:
-        return "short body", *(await until_closed(reader, opened))
+        return await until_closed("short body", reader, asked, sent)
     finally:
         writer.close()
 
 
-async def until_closed(reader: asyncio.StreamReader, opened: float) -> tuple[float, bytes]:
-    """Seconds until the gateway closed the connection, and what it said first."""
+async def until_closed(kind: str, reader: asyncio.StreamReader, asked: float, sent: float) -> Cut:
+    """How and when the gateway closed the connection."""
     received = b""
     with suppress(ConnectionResetError):
         received = await asyncio.wait_for(reader.read(), HEADER_TIMEOUT_S + SLACK_S)
-    return time.monotonic() - opened, received[:32]
+    return Cut(kind, sent - asked, time.monotonic() - asked, received[:32])
 
 
 async def normal_clients(stack: Stack, stop: asyncio.Event) -> list[tuple[int, float]]:
@@ -151,41 +183,46 @@ def test_two_thousand_slow_connections_are_cut_while_normal_clients_are_served(
     pid = stack.gateway.process.pid
     kinds = [trickle, unterminated, short_body]
 
-    async def run() -> tuple[list[tuple[str, float, bytes]], list[tuple[int, float]]]:
+    async def opened(i: int) -> Cut:
+        await asyncio.sleep(i // WAVE * WAVE_GAP_S)
+        return await kinds[i % len(kinds)](stack)
+
+    async def run() -> tuple[list[Cut], list[tuple[int, float]]]:
         stop = asyncio.Event()
         normal = asyncio.ensure_future(normal_clients(stack, stop))
         await asyncio.sleep(1.0)
-        slow = [
-            asyncio.ensure_future(kinds[i % len(kinds)](stack)) for i in range(SLOW_CONNECTIONS)
-        ]
-        cut = await asyncio.gather(*slow)
+        cut = await asyncio.gather(*(opened(i) for i in range(SLOW_CONNECTIONS)))
         await asyncio.sleep(1.0)
         stop.set()
         return cut, await normal
 
     before = rss_kib(pid)
     reset_peak(pid)
-    cut, normal = asyncio.run(run())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        cut, normal = runner.run(run())
     held = status_kib(pid, "VmHWM")
-    answers = Counter((kind, first[:12]) for kind, _, first in cut)
-    latest = {kind: max(s for k, s, _ in cut if k == kind) for kind, _, _ in cut}
+    answers = Counter((c.kind, c.answer) for c in cut)
+    late = [c for c in cut if not c.prompt]
+    latest = {kind: max(c.closed_s for c in cut if c.kind == kind) for kind, _ in answers}
     statuses = Counter(status for status, _ in normal)
     print(
-        f"\n{SLOW_CONNECTIONS} slow connections: answers {dict(answers)}; last closed after "
+        f"\n{SLOW_CONNECTIONS} slow connections: answers {dict(answers)}; first bytes sent "
+        f"within {max(c.lag_s for c in cut):.2f} s of connecting ({len(late)} after "
+        f"{PROMPT_S:g} s, answered {dict(Counter(c.answer for c in late))}); last closed after "
         + ", ".join(f"{kind} {s:.2f} s" for kind, s in latest.items())
         + f"; gateway RSS {before / 1024:.1f} MiB before, peak {held / 1024:.1f} MiB with them"
         f" open; normal clients: {len(normal)} requests, p99 "
         f"{p99_ms([s for _, s in normal]):.1f} ms"
     )
-    # Every one was cut: with its 408, or, where the close raced the client's unread bytes
-    # on a busy 2-core machine, a TCP reset that dropped the 408 in flight (under 5 %; the
-    # closing times below are checked all the same).
-    sent = {"trickle": 667, "unterminated": 667, "short body": 666}
-    for kind, count in sent.items():
-        answered = answers[(kind, b"HTTP/1.1 408")]
-        assert answered + answers[(kind, b"")] == count, answers
-        assert answered >= count * 0.95, answers
-    assert set(answers) <= {(k, a) for k in sent for a in (b"HTTP/1.1 408", b"")}, answers
+    # Every one was cut, within the deadline and its slack (a connection never closed fails
+    # until_closed). Each that had sent its first bytes well before the deadline got its
+    # 408; one whose first bytes the test itself sent late may have been closed silently
+    # (nothing heard by the deadline), and nothing else.
+    assert Counter(c.kind for c in cut) == {"trickle": 667, "unterminated": 667, "short body": 666}
+    assert [c for c in cut if c.prompt and c.answer != b"HTTP/1.1 408"] == []
+    assert {c.answer for c in late} <= {b"HTTP/1.1 408", b""}, answers
+    # The test measured what it claims only if most were sent in time.
+    assert len(late) < SLOW_CONNECTIONS // 4, f"the test's own client was late: {len(late)}"
     assert statuses == {200: len(normal)}
     # Bounded by what was sent (the unterminated heads' 30 KiB each) and a little per
     # connection, its protocol, parser and (for the short bodies) handler waiting.
