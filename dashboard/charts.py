@@ -58,6 +58,13 @@ def value_tooltip(points: Sequence[Point], y_format: str) -> alt.Tooltip:
     return alt.Tooltip("value:Q", format=y_format)
 
 
+def _moment_tooltip(title: str) -> alt.Tooltip:
+    """The hover's time of a point, to the minute, on the chart's UTC scale."""
+    return alt.Tooltip(
+        "at:T", title=title, format="%Y-%m-%d %H:%M", timeUnit="utcyearmonthdatehoursminutes"
+    )
+
+
 MAX_TICKS = 12
 
 
@@ -116,12 +123,7 @@ def trend(
             y=alt.Y("value:Q", title=y_title, axis=y_axis),
             color=alt.Color("series:N", legend=LEGEND),
             tooltip=[
-                alt.Tooltip(
-                    "at:T",
-                    title="time",
-                    format="%Y-%m-%d %H:%M",
-                    timeUnit="utcyearmonthdatehoursminutes",
-                ),
+                _moment_tooltip("time"),
                 alt.Tooltip("series:N"),
                 value_tooltip(points, y_format),
             ],
@@ -177,12 +179,7 @@ def rate_steps(points: Sequence[Point], *, title: str, y_title: str, x_title: st
             ),
             color=alt.Color("series:N", legend=LEGEND),
             tooltip=[
-                alt.Tooltip(
-                    "at:T",
-                    title="effective from",
-                    format="%Y-%m-%d %H:%M",
-                    timeUnit="utcyearmonthdatehoursminutes",
-                ),
+                _moment_tooltip("effective from"),
                 alt.Tooltip("series:N", title="model"),
                 value_tooltip(points, ",.6f"),
             ],
