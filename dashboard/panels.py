@@ -324,10 +324,6 @@ def metrics(data: Overview, view: View) -> None:
         )
 
 
-def _in(currency: str | None) -> str:
-    return "" if currency is None else f" ({currency})"
-
-
 def trend_chart(
     view: View,
     points: Sequence[Point],
@@ -353,44 +349,50 @@ def trend_chart(
     )
 
 
-def trends(data: Overview, view: View) -> None:
-    """The trend charts under the metrics."""
-    cur, trend = data.totals.currency, data.trend
-    left, right = st.columns(2)
+def _money_chart(
+    view: View,
+    data: Overview,
+    series: dict[str, Callable[[Figures], Decimal | int | None]],
+    *,
+    title: str,
+    column: DeltaGenerator,
+) -> None:
+    """A trend chart of amounts in the period's currency (named in the title, if any), each
+    point's exact amount on hover."""
+    cur = data.totals.currency
     trend_chart(
         view,
-        _points(
-            view,
-            trend,
-            {
-                "spend": lambda f: f.sums.cost_total,
-                "saved by cache": lambda f: f.saved,
-                "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
-            },
-            cur,
-            money=True,
-        ),
-        title=f"Spend and cache value per {view.bucket}{_in(cur)}",
+        _points(view, data.trend, series, cur, money=True),
+        title=title if cur is None else f"{title} ({cur})",
         y_title=cur or "",
         y_format=",.6~f",  # ticks without trailing zeros: 0.14, not 0.140000
+        column=column,
+    )
+
+
+def trends(data: Overview, view: View) -> None:
+    """The trend charts under the metrics."""
+    left, right = st.columns(2)
+    _money_chart(
+        view,
+        data,
+        {
+            "spend": lambda f: f.sums.cost_total,
+            "saved by cache": lambda f: f.saved,
+            "lost to avoidable misses": lambda f: f.avoidable_miss_cost,
+        },
+        title=f"Spend and cache value per {view.bucket}",
         column=left,
     )
     left.caption(
         f"Where the money went each {view.bucket}: the spend, what the cache saved, and what "
         "perfect routing would have saved on top."
     )
-    trend_chart(
+    _money_chart(
         view,
-        _points(
-            view,
-            trend,
-            {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
-            cur,
-            money=True,
-        ),
-        title=f"Cost per completed interaction{_in(cur)}",
-        y_title=cur or "",
-        y_format=",.6~f",  # ticks without trailing zeros: 0.14, not 0.140000
+        data,
+        {"cost per completed interaction": lambda f: f.cost_per_completed_interaction},
+        title="Cost per completed interaction",
         column=right,
     )
     right.caption(f"What one completed interaction cost, {view.bucket} by {view.bucket}.")
@@ -407,7 +409,7 @@ def trends(data: Overview, view: View) -> None:
         }
     trend_chart(
         view,
-        _points(view, trend, hit),
+        _points(view, data.trend, hit),
         title="Token hit rate against the ceiling",
         y_title="share of prompt tokens",
         y_format=".0%",
