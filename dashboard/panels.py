@@ -120,6 +120,54 @@ def _tile(
         column.caption(note)
 
 
+def _share_tile(
+    column: DeltaGenerator,
+    label: str,
+    share: Callable[[Figures], Decimal | None],
+    data: Overview,
+    before: Before,
+    *,
+    better: Better,
+    help: str,
+) -> None:
+    """A tile of a share of the period's figures: its value, its change, its trend."""
+    now = share(data.totals)
+    _tile(
+        column,
+        label,
+        formatting.percent(now),
+        before.share(now, share(data.previous), better=better),
+        before,
+        chart=_series(data.trend, share),
+        help=help,
+    )
+
+
+def _money_tile(
+    column: DeltaGenerator,
+    label: str,
+    amount: Callable[[Figures], Decimal | None],
+    data: Overview,
+    before: Before,
+    *,
+    better: Better,
+    help: str,
+    note: str | None = None,
+) -> None:
+    """A tile of an amount of the period's figures in its currency: value, change, trend."""
+    now, cur = amount(data.totals), data.totals.currency
+    _tile(
+        column,
+        label,
+        formatting.money(now, cur),
+        before.money(now, amount(data.previous), cur, data.previous.currency, better=better),
+        before,
+        note=note,
+        chart=_series(data.trend, amount),
+        help=help,
+    )
+
+
 def ceiling_note(totals: Figures) -> str | None:
     """Under the ceiling and efficiency tiles: that the ceiling is approximate, if it is."""
     routed = totals.ceiling_requests > 0
@@ -185,33 +233,27 @@ def metrics(data: Overview, view: View) -> None:
         help="Interactions (requests sharing an interaction id) with a completed "
         "attempt in the period.",
     )
-    _tile(
+    _money_tile(
         row[2],
         "Cost per completed interaction",
-        formatting.money(totals.cost_per_completed_interaction, cur),
-        before.money(
-            totals.cost_per_completed_interaction,
-            prev.cost_per_completed_interaction,
-            cur,
-            prev_cur,
-            better="lower",
-        ),
+        lambda f: f.cost_per_completed_interaction,
+        data,
         before,
+        better="lower",
         note=unpriced_share_note(totals),
-        chart=_series(trend, lambda f: f.cost_per_completed_interaction),
         help="Cost of priced attempts (failed and retried ones included) / completed "
         "interactions a priced attempt completed: "
         f"{formatting.count(totals.priced_completed_interactions)} of "
         f"{formatting.count(totals.completed_interactions)}. Interactions no price entry "
         "covered are left out, not counted at 0.",
     )
-    _tile(
+    _share_tile(
         row[3],
         "Token hit rate",
-        formatting.percent(totals.hit_rate),
-        before.share(totals.hit_rate, prev.hit_rate, better="higher"),
+        lambda f: f.hit_rate,
+        data,
         before,
-        chart=_series(trend, lambda f: f.hit_rate),
+        better="higher",
         help="Cached prompt tokens / prompt tokens.",
     )
     routed = totals.ceiling_requests > 0
@@ -237,13 +279,13 @@ def metrics(data: Overview, view: View) -> None:
         help="Achieved / ceiling cached tokens; ceiling hit rate "
         f"{formatting.percent(totals.ceiling_rate)}.",
     )
-    _tile(
+    _money_tile(
         row[2],
         "Saved by the cache",
-        formatting.money(totals.saved, cur),
-        before.money(totals.saved, prev.saved, cur, prev_cur, better="higher"),
+        lambda f: f.saved,
+        data,
         before,
-        chart=_series(trend, lambda f: f.saved),
+        better="higher",
         help="What the same tokens would have cost uncached, minus what they cost.",
     )
     _tile(
@@ -264,13 +306,13 @@ def metrics(data: Overview, view: View) -> None:
     )
     ttft, prev_ttft = data.ttft, data.previous_ttft
     last = st.columns(4)
-    _tile(
+    _share_tile(
         last[0],
         "Failure rate",
-        formatting.percent(totals.failure_rate),
-        before.share(totals.failure_rate, prev.failure_rate, better="lower"),
+        lambda f: f.failure_rate,
+        data,
         before,
-        chart=_series(trend, lambda f: f.failure_rate),
+        better="lower",
         help="Attempts that did not complete (failed, or cancelled by the client) / "
         f"attempts: {formatting.count(totals.failed.requests)} of "
         f"{formatting.count(totals.admitted)}. Requests refused at admission by a budget "
