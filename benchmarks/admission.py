@@ -6,13 +6,22 @@ settlement run in memory; the statements the database ran while measuring are co
 (none expected). Time is ``time.process_time``: this process's CPU only, so other work on
 a shared machine does not count in it. SQLite in a temporary directory.
 
-    .venv/bin/python benchmarks/admission.py [--requests 100000]
+Then what the worker pays off the request path: the CPU of one flush of its slices (every
+``FLUSH_S``) with a budget and a rate limit (three counters, each with spend to flush), and
+the statements it runs, on SQLite and, with ``--database-url``, on a scratch database of
+that Postgres server.
+
+    .venv/bin/python benchmarks/admission.py [--requests 100000] [--flushes 300]
+        [--database-url postgresql://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import statistics
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -20,12 +29,17 @@ from decimal import Decimal
 from pathlib import Path
 
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.overhead import scratch_database
 from gateway.budgets import DEFAULT_ALERTS, Period, parse_scope
 from gateway.db import spend
 from gateway.db.migrate import upgrade
 from gateway.db.session import make_engine, session_factory, transaction
-from tests.factories import tenants
+from gateway.serving.admission import Admission
+from tests.factories import Tenant, tenants
 from tests.spend.workers import context, worker
 
 SCENARIOS = ("none", "budget", "both")
@@ -34,6 +48,70 @@ SCENARIOS = ("none", "budget", "both")
 def measure(directory: Path, scenario: str, requests: int) -> tuple[float, int]:
     """CPU microseconds per admit and settle, and the statements run while measuring."""
     url = f"sqlite:///{directory / scenario}.db"
+    engine, admission, acme = governed(url, scenario)
+    statements = [0]
+
+    def seen(*_: object) -> None:
+        statements[0] += 1
+
+    async def run(count: int) -> None:
+        for number in range(count):
+            await one(admission, acme, number)
+
+    async def main() -> float:
+        await run(100)  # warm-up: the slices taken
+        event.listen(engine, "before_cursor_execute", seen)
+        started = time.process_time()
+        await run(requests)
+        spent = time.process_time() - started
+        event.remove(engine, "before_cursor_execute", seen)
+        await admission.close()
+        return spent
+
+    spent = asyncio.run(main())
+    engine.dispose()
+    return spent * 1e6 / requests, statements[0]
+
+
+def flushes(url: str, count: int) -> tuple[float, float]:
+    """Median CPU milliseconds of one flush of a budget's and a rate limit's slices, each
+    with a request's spend to flush, and the statements per flush."""
+    engine, admission, acme = governed(url, "both")
+    statements = [0]
+
+    def seen(*_: object) -> None:
+        statements[0] += 1
+
+    async def main() -> list[float]:
+        for number in range(20):
+            await one(admission, acme, number)
+        await admission.flush()
+        times = []
+        event.listen(engine, "before_cursor_execute", seen)
+        for number in range(count):
+            await one(admission, acme, 20 + number)
+            started = time.process_time()
+            await admission.flush()
+            times.append(time.process_time() - started)
+        event.remove(engine, "before_cursor_execute", seen)
+        await admission.close()
+        return times
+
+    times = asyncio.run(main())
+    engine.dispose()
+    return statistics.median(times) * 1e3, statements[0] / count
+
+
+async def one(admission: Admission, tenant: Tenant, number: int) -> None:
+    """One request admitted and settled (30 tokens)."""
+    admitted = await admission.admit(context(tenant, number))
+    admitted.tokens += 30
+    await admission.settle(admitted)
+
+
+def governed(url: str, scenario: str) -> tuple[Engine, Admission, Tenant]:
+    """A migrated database at ``url`` with the scenario's rules on tenant acme, and one
+    worker's admission following them."""
     upgrade(url)
     engine = make_engine(url)
     [acme] = tenants(engine, "acme").values()
@@ -54,42 +132,29 @@ def measure(directory: Path, scenario: str, requests: int) -> tuple[float, int]:
                 requests_per_minute=100_000_000,
                 tokens_per_minute=100_000_000_000,
             )
-    admission = worker(engine, lambda: datetime.now(UTC))
-    statements = [0]
-
-    def seen(*_: object) -> None:
-        statements[0] += 1
-
-    async def run(count: int) -> None:
-        for number in range(count):
-            admitted = await admission.admit(context(acme, number))
-            admitted.tokens += 30
-            await admission.settle(admitted)
-
-    async def main() -> float:
-        await run(100)  # warm-up: the slices taken
-        event.listen(engine, "before_cursor_execute", seen)
-        started = time.process_time()
-        await run(requests)
-        spent = time.process_time() - started
-        event.remove(engine, "before_cursor_execute", seen)
-        await admission.close()
-        return spent
-
-    spent = asyncio.run(main())
-    engine.dispose()
-    return spent * 1e6 / requests, statements[0]
+    return engine, worker(engine, lambda: datetime.now(UTC)), acme
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000, help="per scenario")
+    parser.add_argument("--flushes", type=int, default=300, help="flushes timed")
+    parser.add_argument("--database-url", help="a Postgres server for the flushes too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvgate-admission-") as tmp:
         print(f"{'scenario':8} | CPU per admit+settle | statements while measuring")
         for scenario in SCENARIOS:
             micros, statements = measure(Path(tmp), scenario, args.requests)
             print(f"{scenario:8} | {micros:17.1f} µs | {statements}")
+        print("\nflush of a budget's and a rate limit's slices (3 counters), every FLUSH_S:")
+        urls = [("sqlite", f"sqlite:///{Path(tmp) / 'flush'}.db")]
+        with contextlib.ExitStack() as stack:
+            if args.database_url:
+                url = stack.enter_context(scratch_database(args.database_url, "kvgate_adm_"))
+                urls.append(("postgres", url))
+            for name, url in urls:
+                millis, statements = flushes(url, args.flushes)
+                print(f"{name:8} | {millis:.2f} ms CPU | {statements:.1f} statements")
 
 
 if __name__ == "__main__":

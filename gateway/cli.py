@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -227,34 +228,30 @@ def dashboard(
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to the database named by KVGATE_DATABASE_URL."""
     from gateway.db.migrate import upgrade
-    from gateway.errors import InvalidRequest
 
-    s = settings()
-    try:
-        upgrade(s.database_url, revision)
-    except InvalidRequest as error:
-        fail(error.message)
-    typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
+    _migrate(upgrade, revision)
 
 
 @db_app.command("downgrade")
 def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]) -> None:
     """Revert migrations down to REVISION ('base' for an empty database)."""
     from gateway.db.migrate import downgrade
+
+    _migrate(downgrade, revision)
+
+
+def _migrate(step: Callable[[str, str], None], revision: str) -> None:
+    """Migrate the settings' database to ``revision`` with ``step`` (upgrade or downgrade);
+    an unknown revision fails (exit 2)."""
+    from gateway.db.session import safe_url
     from gateway.errors import InvalidRequest
 
     s = settings()
     try:
-        downgrade(s.database_url, revision)
+        step(s.database_url, revision)
     except InvalidRequest as error:
         fail(error.message)
-    typer.echo(f"database at {revision}: {_safe_url(s.database_url)}")
-
-
-def _safe_url(url: str) -> str:
-    from gateway.db.session import safe_url
-
-    return safe_url(url)
+    typer.echo(f"database at {revision}: {safe_url(s.database_url)}")
 
 
 @billing_app.command("statement")

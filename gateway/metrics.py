@@ -17,6 +17,7 @@ from prometheus_client import (
 )
 
 from gateway.accounting.records import Record
+from gateway.accounting.store import stored_ceiling
 
 # How a gauge's workers' values are combined (prometheus_client's multiprocess modes).
 GaugeMode = Literal["liveall", "livemin", "livemax", "livesum", "mostrecent"]
@@ -212,9 +213,12 @@ class Metrics:
                 series.cache_premium.inc(-saved)
         else:
             series.unpriced.inc()
-        if record.ceiling_cached_tokens is not None:
-            # Hit rate against the ceiling, over the same requests (Grafana's panel).
-            series.ceiling.inc(record.ceiling_cached_tokens)
+        ceiling = stored_ceiling(record)
+        if ceiling is not None:
+            # Hit rate against the ceiling, over the same requests (Grafana's panel), with
+            # the ceiling the record's row keeps (never below what was achieved): the panel
+            # can no more show efficiency above 100 % than the dashboard can.
+            series.ceiling.inc(ceiling)
             series.ceiling_prompt.inc(usage.prompt_tokens)
             series.ceiling_read.inc(usage.cache_read_tokens)
         if record.first_token_at is not None:

@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from gateway.db import sums
+
 NANOS = Decimal(1_000_000_000)
 NANO = Decimal("0.000000001")
 MAX_END_USER = 256  # characters of an end-user id (gateway/api/attribution.py)
@@ -153,8 +155,9 @@ class ChangeRow(Base):
     changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
 
-# What a statement reads of a request (gateway/db/statements.py): the tenant's
-# statement-covering index carries these (migration 0017).
+# What a statement reads of a request (gateway/db/statements.py): the columns it groups and
+# counts by, and those it sums (``gateway.db.sums``); the tenant's statement-covering index
+# carries these (migration 0017).
 STATEMENT_COLUMNS = (
     "model",
     "endpoint",
@@ -163,17 +166,8 @@ STATEMENT_COLUMNS = (
     "usage_source",
     "status",
     "interaction_id",
-    "uncached_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_1h_tokens",
-    "output_tokens",
-    "cost_uncached",
-    "cost_cache_read",
-    "cost_cache_write",
-    "cost_output",
-    "cost_total",
-    "cost_uncached_equivalent",
+    *sums.TOKENS,
+    *sums.COSTS,
 )
 
 

@@ -8,8 +8,9 @@ UTC minute, ``gateway/serving/rates.py``): one machinery. Admission takes a requ
 charge from the worker's slice, with no database round trip; settlement moves it from
 ``used`` to what it came to. Every ``FLUSH_S`` the worker flushes what it spent into the
 counter and tops its slice up (or, idle for ``IDLE_S`` or past its period's end, gives it
-back), off the request path, in one transaction whose room is computed under the
-counter's row lock (``gateway/db/spend.py`` ``sync_lease``). A slice of a period about to
+back), off the request path, each slice's room computed under its counter's row lock
+(``gateway/db/spend.py`` ``sync_lease``), all of a flush's slices in one transaction (a
+budget and a rate limit are three counters: one transaction every ``FLUSH_S``, not three). A slice of a period about to
 begin (a rate limit's next minute) is taken ``AHEAD_S`` before it does, by a worker that
 used the current one within ``IDLE_S``. A request its slice cannot cover waits for one
 such sync; if the counter has no room left for it, it is refused.
@@ -80,6 +81,18 @@ class Lease:
         if now - self.last_used > IDLE_S or (self.ends is not None and at >= self.ends):
             return ZERO
         return max(self.limit * SHARE, self.largest * SLICE_REQUESTS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A sync under way: its slice, the event its waiters wait on, when it began, the
+    spend it flushes, and what it asks of the counter."""
+
+    lease: Lease
+    event: asyncio.Event
+    at: float
+    spent: Decimal
+    request: spend.LeaseSync
 
 
 class Leases:
@@ -171,6 +184,10 @@ class Leases:
             await lease.syncing.wait()
             if not again and (not need or lease.available >= need):
                 return
+        await self._run([self._begin(lease, need)])
+
+    def _begin(self, lease: Lease, need: Decimal) -> _Pending:
+        """Mark the slice as syncing, and what its sync asks of the counter."""
         event = lease.syncing = asyncio.Event()
         now = time.monotonic()
         spent, used = lease.spent, lease.used
@@ -190,30 +207,49 @@ class Leases:
             floor=used,
             expires_at=self.clock() + self.hold_ttl,
         )
+        return _Pending(lease, event, now, spent, request)
 
-        def applied(future: asyncio.Future[tuple[Decimal, Decimal]]) -> None:
-            # Applied whatever became of the task that awaited it (cancelled at shutdown,
-            # say): a committed sync is always reflected here, and never flushed twice.
-            lease.syncing = None
-            event.set()
-            if future.cancelled() or future.exception() is not None:
-                return
-            held, after = future.result()
-            lease.synced_at = now
-            lease.spent -= spent
-            lease.held = held
-            lease.counted = after
-            if spent and self.crossed is not None:
-                charge = spend.Charge(lease.budget_id, "", lease.period_start, lease.limit, ZERO)
-                self.crossed(charge, after - spent, after)
+    async def _run(self, pending: list[_Pending]) -> None:
+        """Run the syncs in one transaction, off the loop; each applied to its slice
+        whatever became of the task that awaited them (cancelled at shutdown, say): a
+        committed sync is always reflected here, and never flushed twice."""
+        if len(pending) == 1:
+            request = pending[0].request
+            future = asyncio.ensure_future(asyncio.to_thread(lambda: [self._sync(request)]))
+        else:
+            requests = [p.request for p in pending]
+            future = asyncio.ensure_future(asyncio.to_thread(self._sync_all, requests))
 
-        future = asyncio.ensure_future(asyncio.to_thread(self._sync, request))
+        def applied(future: asyncio.Future[list[tuple[Decimal, Decimal]]]) -> None:
+            failed = future.cancelled() or future.exception() is not None
+            for n, one in enumerate(pending):
+                one.lease.syncing = None
+                one.event.set()
+                if not failed:
+                    self._applied(one, *future.result()[n])
+
         future.add_done_callback(applied)
         await asyncio.shield(future)
+
+    def _applied(self, one: _Pending, held: Decimal, after: Decimal) -> None:
+        lease = one.lease
+        lease.synced_at = one.at
+        lease.spent -= one.spent
+        lease.held = held
+        lease.counted = after
+        if one.spent and self.crossed is not None:
+            charge = spend.Charge(lease.budget_id, "", lease.period_start, lease.limit, ZERO)
+            self.crossed(charge, after - one.spent, after)
 
     def _sync(self, request: spend.LeaseSync) -> tuple[Decimal, Decimal]:
         with self.sessions() as session, session.begin():
             return spend.sync_lease(session, request)
+
+    def _sync_all(self, requests: list[spend.LeaseSync]) -> list[tuple[Decimal, Decimal]]:
+        # One transaction for a tick's syncs; the counters' rows are locked in key order
+        # (the tick's), as every worker's tick does, so two ticks cannot deadlock.
+        with self.sessions() as session, session.begin():
+            return [spend.sync_lease(session, request) for request in requests]
 
     def _ahead(self, now: float, at: datetime) -> None:
         """A lease for the period about to begin, beside each one in use that ends soon."""
@@ -237,22 +273,32 @@ class Leases:
         deleted budgets and limits forgotten (their counters went with them)."""
         now, at = time.monotonic(), self.clock()
         self._ahead(now, at)
-        for key, lease in list(self.leases.items()):
+        due: list[Lease] = []
+        for key, lease in sorted(self.leases.items()):
             if lease.budget_id not in counters:
                 del self.leases[key]
                 continue
             want = lease.want(now, at)
-            due = (
+            if lease.syncing is None and (
                 lease.spent > 0
                 or lease.available < want / 2
                 or lease.held > want + lease.used
                 or (lease.held > 0 and now - lease.synced_at > self.hold_ttl.total_seconds() / 3)
-            )
-            if due and lease.syncing is None:
-                try:
-                    await self.sync(key)
-                except DatabaseError as exc:
-                    log.warning("lease of %s not synced (%s); retrying", key[0], exc)
+            ):
+                due.append(lease)
+        if due:
+            try:
+                await self._run([self._begin(lease, ZERO) for lease in due])
+            except DatabaseError:
+                # One by one: a slice whose sync fails does not hold the others back.
+                for lease in due:
+                    if lease.syncing is not None:
+                        continue
+                    try:
+                        await self._run([self._begin(lease, ZERO)])
+                    except DatabaseError as exc:
+                        log.warning("lease of %s not synced (%s); retrying", lease.budget_id, exc)
+        for key, lease in list(self.leases.items()):
             if self._forgettable(lease):
                 del self.leases[key]
 
