@@ -12,8 +12,9 @@ back), off the request path, each slice's room computed under its counter's row 
 (``gateway/db/spend.py`` ``sync_lease``), all of a flush's slices in one transaction (a
 budget and a rate limit are three counters: one transaction every ``FLUSH_S``, not
 three). A slice of a period about to begin (a rate limit's next minute) is taken
-``AHEAD_S`` before it does, by a worker that used the current one within ``IDLE_S``. A request its slice cannot cover waits for one
-such sync; if the counter has no room left for it, it is refused.
+``AHEAD_S`` before it does, by a worker that used the current one within ``IDLE_S``. A
+request its slice cannot cover waits for one such sync; if the counter has no room left
+for it, it is refused.
 
 The bound: what is held but unused is at most the workers' slices, each at most
 ``max(SHARE x limit, SLICE_REQUESTS x the largest request seen)``, for at most ``IDLE_S``
