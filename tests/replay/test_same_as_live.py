@@ -193,10 +193,13 @@ def test_replay_places_every_request_where_the_gateway_did(
 
 
 def test_the_sequence_is_rich_enough_to_tell(live: tuple[list[Live], list[str]]) -> None:
-    """Every replica is chosen, prefixes are predicted and hit, caches evict, and the
-    router is wrong about some of it (and learns)."""
+    """More than one replica is chosen, prefixes are predicted and hit, caches evict, and
+    the router is wrong about some of it (and learns)."""
     records, urls = live
-    assert {r.upstream for r in records} == set(urls)
+    # Not necessarily all three: ties are broken by the request ids' hashes, new each run,
+    # and a run in CI put the 40 requests on two of them (replay agreed, request by request).
+    assert len({r.upstream for r in records}) >= 2
+    assert {r.upstream for r in records} <= set(urls)
     predicted = [r.predicted_cached_tokens for r in records]
     cached = [r.cached_tokens for r in records]
     assert sum(c > 0 for c in cached) >= 20
