@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, Table
 from sqlalchemy.engine import Engine
 
@@ -67,7 +68,7 @@ def unnest_insert(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> 
         " ON CONFLICT (request_id) DO NOTHING RETURNING request_id"
     )
     processors = [
-        (lambda v: None if v is None else bulk.orjson.dumps(v).decode())
+        (lambda v: None if v is None else orjson.dumps(v).decode())
         if name == "tags"
         else c.type.bind_processor(dialect)
         for name, c in zip(names, columns, strict=True)

@@ -17,7 +17,6 @@ from prometheus_client import (
 )
 
 from gateway.accounting.records import Record
-from gateway.accounting.store import stored_ceiling
 
 # How a gauge's workers' values are combined (prometheus_client's multiprocess modes).
 GaugeMode = Literal["liveall", "livemin", "livemax", "livesum", "mostrecent"]
@@ -213,7 +212,7 @@ class Metrics:
                 series.cache_premium.inc(-saved)
         else:
             series.unpriced.inc()
-        ceiling = stored_ceiling(record)
+        ceiling = record.stored_ceiling
         if ceiling is not None:
             # Hit rate against the ceiling, over the same requests (Grafana's panel), with
             # the ceiling the record's row keeps (never below what was achieved): the panel

@@ -83,6 +83,28 @@ class Record:
         """Whether a price entry priced this attempt."""
         return self.price_id is not None
 
+    @property
+    def stored_ceiling(self) -> int | None:
+        """The hit-rate ceiling a record's row keeps: the router's, raised to what was achieved.
+
+        The ceiling is the prompt tokens whose blocks had been seen before in the request's cache
+        scope. The router counts it from the blocks it saw, and that count can fall short of the
+        truth: in text mode (no tokenizer) its blocks are character chunks, scaled to tokens;
+        replicas also cache the blocks of generated output, which come back as the next turn's
+        prompt but were never in a prompt the router hashed; and the router does not see what other
+        gateways sent or what replicas kept across its restart. A replica's reported hit is proof
+        that those blocks had been computed before, so the ceiling is at least the cached tokens the
+        replica reported, in the replica's own tokens: the very figures the achieved hit rate uses.
+
+        So every row holds cache_read_tokens <= ceiling_cached_tokens, and every efficiency summed
+        over the same rows (a request, an hour, a tenant, a replica, a period) is at most 100 % by
+        construction; nothing is clamped where it is shown. Converting the reported count into the
+        router's units instead would compare two estimates and still miss blocks the router never
+        saw.
+        """
+        ceiling = self.ceiling_cached_tokens
+        return None if ceiling is None else max(ceiling, self.usage.cache_read_tokens)
+
     def to_json(self) -> bytes:
         """One journal line (no trailing newline)."""
         # orjson writes dataclasses, datetimes and enums natively (and fast); Decimals

@@ -13,32 +13,9 @@ from gateway.db.session import Engine
 from gateway.db.writer import insert_requests
 
 
-def stored_ceiling(record: Record) -> int | None:
-    """The hit-rate ceiling a record's row keeps: the router's, raised to what was achieved.
-
-    The ceiling is the prompt tokens whose blocks had been seen before in the request's cache
-    scope. The router counts it from the blocks it saw, and that count can fall short of the
-    truth: in text mode (no tokenizer) its blocks are character chunks, scaled to tokens;
-    replicas also cache the blocks of generated output, which come back as the next turn's
-    prompt but were never in a prompt the router hashed; and the router does not see what
-    other gateways sent or what replicas kept across its restart. A replica's reported hit is
-    proof that those blocks had been computed before, so the ceiling is at least the cached
-    tokens the replica reported, in the replica's own tokens: the very figures the achieved
-    hit rate uses.
-
-    So every row holds cache_read_tokens <= ceiling_cached_tokens, and every efficiency
-    summed over the same rows (a request, an hour, a tenant, a replica, a period) is at
-    most 100 % by construction; nothing is clamped where it is shown. Converting the
-    reported count into the router's units instead would compare two estimates and still
-    miss blocks the router never saw.
-    """
-    ceiling = record.ceiling_cached_tokens
-    return None if ceiling is None else max(ceiling, record.usage.cache_read_tokens)
-
-
 def record_row(record: Record) -> dict[str, Any]:
     """The database row of a record."""
-    usage, cost, ceiling = record.usage, record.cost, stored_ceiling(record)
+    usage, cost, ceiling = record.usage, record.cost, record.stored_ceiling
     return {
         "request_id": record.request_id,
         "tenant_id": record.tenant_id,

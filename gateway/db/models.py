@@ -223,7 +223,7 @@ class RequestRow(Base):
     cache_write_1h_tokens: Mapped[int] = mapped_column(Integer, default=0)
     service_tier: Mapped[str | None] = mapped_column(String(32), default=None)
     predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
-    # At least cache_read_tokens (``accounting.store.stored_ceiling``), so efficiency <= 100 %.
+    # At least cache_read_tokens (``Record.stored_ceiling``), so efficiency <= 100 %.
     ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
     # Whether prediction and ceiling were counted in the replica's tokens (False: estimated
     # from character blocks, the router having no tokenizer); NULL with no ceiling, or

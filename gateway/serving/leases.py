@@ -214,12 +214,8 @@ class Leases:
         """Run the syncs in one transaction, off the loop; each applied to its slice
         whatever became of the task that awaited them (cancelled at shutdown, say): a
         committed sync is always reflected here, and never flushed twice."""
-        if len(pending) == 1:
-            request = pending[0].request
-            future = asyncio.ensure_future(asyncio.to_thread(lambda: [self._sync(request)]))
-        else:
-            requests = [p.request for p in pending]
-            future = asyncio.ensure_future(asyncio.to_thread(self._sync_all, requests))
+        requests = [p.request for p in pending]
+        future = asyncio.ensure_future(asyncio.to_thread(self._sync, requests))
 
         def applied(future: asyncio.Future[list[tuple[Decimal, Decimal]]]) -> None:
             failed = future.cancelled() or future.exception() is not None
@@ -242,11 +238,7 @@ class Leases:
             charge = spend.Charge(lease.budget_id, "", lease.period_start, lease.limit, ZERO)
             self.crossed(charge, after - one.spent, after)
 
-    def _sync(self, request: spend.LeaseSync) -> tuple[Decimal, Decimal]:
-        with self.sessions() as session, session.begin():
-            return spend.sync_lease(session, request)
-
-    def _sync_all(self, requests: list[spend.LeaseSync]) -> list[tuple[Decimal, Decimal]]:
+    def _sync(self, requests: list[spend.LeaseSync]) -> list[tuple[Decimal, Decimal]]:
         # One transaction for a tick's syncs; the counters' rows are locked in key order
         # (the tick's), as every worker's tick does, so two ticks cannot deadlock.
         with self.sessions() as session, session.begin():

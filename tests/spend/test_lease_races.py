@@ -87,9 +87,9 @@ def test_a_sync_slower_than_the_idle_time_keeps_the_slice_it_fills(
     async def run() -> tuple[Decimal, Decimal]:
         sync = leases._sync
 
-        def slow(request: spend.LeaseSync) -> tuple[Decimal, Decimal]:
+        def slow(requests: list[spend.LeaseSync]) -> list[tuple[Decimal, Decimal]]:
             time.sleep(0.05)
-            return sync(request)
+            return sync(requests)
 
         leases._sync = slow  # type: ignore[method-assign]
         taking = asyncio.ensure_future(leases.take((charge,)))
