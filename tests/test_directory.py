@@ -6,18 +6,23 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from sqlalchemy import insert, update
 
 from gateway import directory as directory_module
 from gateway.auth import hash_key
 from gateway.db import changes, crud
 from gateway.db.migrate import upgrade
+from gateway.db.models import ApiKeyRow, PriceRow
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.directory import Directory
 from gateway.errors import AuthenticationFailed, KeysUnavailable
 from pricing.book import load_catalog
+from tests.conftest import _backends, new_database
 
 
 def make(url: str, journal: Path, refresh_s: float = 3600) -> Directory:
@@ -126,3 +131,54 @@ async def test_snapshots_are_rewritten_when_the_copies_change_not_at_every_reloa
         assert hash_key("kvg-x") not in document
     finally:
         await directory.stop()
+
+
+@pytest.mark.parametrize("backend", _backends())
+async def test_a_change_made_with_sql_behind_kvgates_back_applies_at_the_next_safety_net_reload(
+    tmp_path: Path, backend: str
+) -> None:
+    """KVGATE_KEY_REFRESH_S / KVGATE_PRICE_REFRESH_S: a key revoked and a price added with
+    plain SQL bump no revision, so the change feed never hears of them; the periodic
+    reload still picks both up, within one interval."""
+    with new_database(backend, tmp_path) as url:
+        key = seed(url)
+        directory = make(url, tmp_path / "journal", refresh_s=0.3)
+        await directory.start()
+        engine = make_engine(url)
+        try:
+            assert (await directory.keys.authenticate(f"Bearer {key}")).tenant_name == "acme"
+            revision = directory.keys.mirror.revision
+            with engine.begin() as connection:
+                connection.execute(update(ApiKeyRow).values(revoked_at=datetime.now(UTC)))
+                connection.execute(
+                    insert(PriceRow).values(
+                        id="behind-the-back@2026-01-01T00:00:00Z", model="behind-the-back",
+                        effective_from=datetime(2026, 1, 1, tzinfo=UTC), input=Decimal("1.5"),
+                        cache_read=Decimal("0.15"), output=Decimal("6"),
+                        created_at=datetime.now(UTC),
+                    )
+                )  # fmt: skip
+            directory.feed.check()  # what a request does: no revision moved, nothing reloads
+            assert directory.keys.mirror.revision == revision
+            assert (await directory.keys.authenticate(f"Bearer {key}")).tenant_name == "acme"
+            assert directory.prices.value.price_for("behind-the-back", at=datetime.now(UTC)) is None
+
+            deadline = time.monotonic() + 3  # ten intervals
+            while True:
+                try:
+                    await directory.keys.authenticate(f"Bearer {key}")
+                except AuthenticationFailed:
+                    break
+                assert time.monotonic() < deadline, "the revoked key still authenticates"
+                await asyncio.sleep(0.02)
+            await wait_for(
+                lambda: directory.prices.value.price_for("behind-the-back", at=datetime.now(UTC))
+                is not None,
+                timeout_s=3,
+            )
+            price = directory.prices.value.price_for("behind-the-back", at=datetime.now(UTC))
+            assert price is not None and price.input == Decimal("1.5")
+            assert directory.keys.mirror.revision == revision  # still no revision: the reload
+        finally:
+            engine.dispose()
+            await directory.stop()

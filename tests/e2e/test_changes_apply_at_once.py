@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -168,6 +169,39 @@ def test_a_price_added_now_prices_every_request_sent_right_after_on_every_worker
     # Both of A's workers served requests sent right after a change.
     workers = {pair.worker_of(i) for batch in asked.values() for i in batch[: PER_GATEWAY["a"]]}
     assert len(workers) == 2, workers
+
+
+def test_a_price_dated_seconds_ahead_applies_from_its_moment_on_every_worker(pair: Pair) -> None:
+    """An entry dated 4 s ahead, loaded by every process at once: the requests sent before
+    its moment keep the entry in force, those sent after it take the new one (no reload:
+    the periodic one is an hour away)."""
+    time.sleep(1.05)
+    current = kvgate(
+        "prices", "add", "--model", PRICE_MODEL, "--effective-from", "now",
+        "--input", "5", "--cache-read", "0.5", "--output", "10", env=pair.env,
+    ).stdout.strip().removesuffix(": added")  # fmt: skip
+    moment = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+    ahead = kvgate(
+        "prices", "add", "--model", PRICE_MODEL, "--effective-from", f"{moment:%Y-%m-%dT%H:%M:%SZ}",
+        "--input", "7", "--cache-read", "0.7", "--output", "14", env=pair.env,
+    ).stdout.strip().removesuffix(": added")  # fmt: skip
+    before = [pair.ask(g) for g, count in PER_GATEWAY.items() for _ in range(count)]
+    assert datetime.now(UTC) < moment, "the requests before the moment took too long"
+    time.sleep(max(0.0, (moment - datetime.now(UTC)).total_seconds()) + 0.05)
+    after = [pair.ask(g) for g, count in PER_GATEWAY.items() for _ in range(count)]
+    rows = pair.recorded(before + after)
+    assert {rows[i].price_id for i in before} == {current}
+    assert {rows[i].price_id for i in after} == {ahead}
+    rates = price_from_mapping(
+        {"model": PRICE_MODEL, "effective_from": f"{moment:%Y-%m-%dT%H:%M:%SZ}", "input": 7,
+         "cache_read": "0.7", "output": 14}
+    )  # fmt: skip
+    for request_id in after:
+        row = rows[request_id]
+        usage = Usage(
+            row.uncached_tokens, row.cache_read_tokens, row.cache_write_tokens, row.output_tokens
+        )
+        assert Decimal(row.cost_total) == compute(usage, rates).total > 0
 
 
 def admin(
