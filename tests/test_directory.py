@@ -172,8 +172,10 @@ async def test_a_change_made_with_sql_behind_kvgates_back_applies_at_the_next_sa
                 assert time.monotonic() < deadline, "the revoked key still authenticates"
                 await asyncio.sleep(0.02)
             await wait_for(
-                lambda: directory.prices.value.price_for("behind-the-back", at=datetime.now(UTC))
-                is not None,
+                lambda: (
+                    directory.prices.value.price_for("behind-the-back", at=datetime.now(UTC))
+                    is not None
+                ),
                 timeout_s=3,
             )
             price = directory.prices.value.price_for("behind-the-back", at=datetime.now(UTC))
