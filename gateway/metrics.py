@@ -45,36 +45,38 @@ class Metrics:
             "Requests (attempts) by outcome and endpoint",
             ["model", "upstream", "endpoint", "status"],
         )
-        self.tokens = counter("kvgate_tokens", "Tokens by class", ["model", "token_class"])
+        self.tokens = counter(
+            "kvgate_tokens", "Tokens by class and endpoint", ["model", "endpoint", "token_class"]
+        )
         self.ceiling = counter(
             "kvgate_ceiling_cached_tokens",
             "Prompt tokens the ceiling says any router could have served from cache (requests"
             " whose router computed one: vLLM deployments)",
-            ["model"],
+            ["model", "endpoint"],
         )
         self.ceiling_prompt = counter(
             "kvgate_ceiling_prompt_tokens",
             "Prompt tokens of the requests counted in kvgate_ceiling_cached_tokens",
-            ["model"],
+            ["model", "endpoint"],
         )
         self.ceiling_read = counter(
             "kvgate_ceiling_cache_read_tokens",
             "Tokens read from cache by the requests counted in kvgate_ceiling_cached_tokens",
-            ["model"],
+            ["model", "endpoint"],
         )
-        self.cost = counter("kvgate_cost_usd", "Cost in USD", ["model"])
+        self.cost = counter("kvgate_cost_usd", "Cost in USD", ["model", "endpoint"])
         self.saved = counter(
-            "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model"]
+            "kvgate_cache_saved_usd", "Cost the prefix cache saved, in USD", ["model", "endpoint"]
         )
         self.cache_premium = counter(
             "kvgate_cache_write_premium_usd",
             "What cache writes cost above plain input, where they did, in USD",
-            ["model"],
+            ["model", "endpoint"],
         )
         self.unpriced = counter(
             "kvgate_unpriced_requests",
             "Requests for a model with no price in force",
-            ["model"],
+            ["model", "endpoint"],
         )
         self.client_disconnects = counter(
             "kvgate_client_disconnects",
@@ -251,17 +253,17 @@ class _Series:
         self._requests = metrics.requests
         self._by_status: dict[str, Any] = {}
         self.model, self.upstream, self.endpoint = model, upstream, endpoint
-        self.uncached = metrics.tokens.labels(model, "uncached")
-        self.cache_read = metrics.tokens.labels(model, "cache_read")
-        self.cache_write = metrics.tokens.labels(model, "cache_write")
-        self.output = metrics.tokens.labels(model, "output")
-        self.cost = metrics.cost.labels(model)
-        self.ceiling = metrics.ceiling.labels(model)
-        self.ceiling_prompt = metrics.ceiling_prompt.labels(model)
-        self.ceiling_read = metrics.ceiling_read.labels(model)
-        self.saved = metrics.saved.labels(model)
-        self.cache_premium = metrics.cache_premium.labels(model)
-        self.unpriced = metrics.unpriced.labels(model)
+        self.uncached = metrics.tokens.labels(model, endpoint, "uncached")
+        self.cache_read = metrics.tokens.labels(model, endpoint, "cache_read")
+        self.cache_write = metrics.tokens.labels(model, endpoint, "cache_write")
+        self.output = metrics.tokens.labels(model, endpoint, "output")
+        self.cost = metrics.cost.labels(model, endpoint)
+        self.ceiling = metrics.ceiling.labels(model, endpoint)
+        self.ceiling_prompt = metrics.ceiling_prompt.labels(model, endpoint)
+        self.ceiling_read = metrics.ceiling_read.labels(model, endpoint)
+        self.saved = metrics.saved.labels(model, endpoint)
+        self.cache_premium = metrics.cache_premium.labels(model, endpoint)
+        self.unpriced = metrics.unpriced.labels(model, endpoint)
         self.ttft = metrics.ttft.labels(model)
         self.latency = metrics.latency.labels(model, upstream)
 

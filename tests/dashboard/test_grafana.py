@@ -129,11 +129,11 @@ def test_every_series_a_panel_queries_is_in_a_live_gateways_metrics(stack: Stack
     assert wanted - samples == set()
     # The hit-rate panel's series count the same requests: achieved never above the ceiling's
     # denominator, and the ceiling was computed for these vLLM-path requests.
-    values = {
-        (s.name, s.labels.get("model")): s.value
-        for family in text_string_to_metric_families(exposed)
-        for s in family.samples
-    }
+    values: dict[tuple[str, str | None], float] = {}  # summed over endpoints, as the panel is
+    for family in text_string_to_metric_families(exposed):
+        for s in family.samples:
+            key = (s.name, s.labels.get("model"))
+            values[key] = values.get(key, 0.0) + s.value
     prompt = values[("kvgate_ceiling_prompt_tokens_total", SIM_MODEL)]
     read = values[("kvgate_ceiling_cache_read_tokens_total", SIM_MODEL)]
     ceiling = values[("kvgate_ceiling_cached_tokens_total", SIM_MODEL)]

@@ -518,7 +518,8 @@ def test_a_model_without_a_price_is_served_and_recorded_unpriced(stack: Stack) -
     assert row.status == "completed" and row.price_id is None and row.cost_total == 0
     assert row.uncached_tokens + row.cache_read_tokens == usage.prompt_tokens
     _, _, body = raw(stack, "/metrics")
-    assert f'kvgate_unpriced_requests_total{{model="{UNPRICED}"}} 1.0' in body.decode()
+    unpriced = f'endpoint="/v1/chat/completions",model="{UNPRICED}"'
+    assert f"kvgate_unpriced_requests_total{{{unpriced}}} 1.0" in body.decode()
     today = datetime.now(UTC).date()
     _, _, statement = raw(
         stack,
