@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
@@ -77,20 +78,38 @@ def test_every_attempt_is_one_span_with_the_genai_attributes(
             model="claude",
             messages=messages,  # type: ignore[arg-type]
         )
+        # The other wires on the vLLM path: Responses and Messages are chats, embeddings
+        # their own operation.
+        responses = client.responses.with_raw_response.create(
+            model=MODEL, instructions=SYSTEM, input="hi", max_output_tokens=4
+        )
+        embeddings = client.embeddings.with_raw_response.create(model=MODEL, input="embed me")
+        claude = anthropic.Anthropic(base_url=stack.url, api_key=stack.key, max_retries=0)
+        anthropic_messages = claude.messages.with_raw_response.create(
+            model=MODEL, max_tokens=4, system=SYSTEM, messages=[{"role": "user", "content": "hi"}]
+        )
+        wires = {
+            responses.headers["x-request-id"]: "chat",
+            embeddings.headers["x-request-id"]: "embeddings",
+            anthropic_messages.headers["x-request-id"]: "chat",
+        }
         ids = [r.headers["x-request-id"] for r in (*replies, text, hosted)]
-        rows = {r.request_id: r for r in stack.rows(count=4)}
-        spans = receiver.wait(4)
+        rows = {r.request_id: r for r in stack.rows(count=7)}
+        spans = receiver.wait(7)
 
     assert receiver.content_types == {"application/x-protobuf"}
     by_request = {attributes(s.attributes)["kvgate.request_id"]: (res, s) for res, s in spans}
-    assert sorted(by_request) == sorted(ids)
+    assert sorted(by_request) == sorted([*ids, *wires])
     first, second, text_id, hosted_id = ids
+    assert {rows[i].endpoint for i in wires} == {
+        "/v1/responses", "/v1/embeddings", "/v1/messages"
+    }  # fmt: skip
     assert rows[second].cache_read_tokens > 0  # the repeat is served from cache
     assert rows[hosted_id].cache_write_tokens > 0  # the emulated Anthropic writes the cache
     for request_id, (resource, span) in by_request.items():
         row: RequestRow = rows[request_id]
         assert resource["service.name"] == "kvgate"
-        operation = "text_completion" if request_id == text_id else "chat"
+        operation = wires.get(request_id, "text_completion" if request_id == text_id else "chat")
         assert span.name == f"{operation} {row.model}"
         assert span.kind == Span.SpanKind.SPAN_KIND_CLIENT
         assert span.status.code == Status.StatusCode.STATUS_CODE_UNSET
@@ -124,7 +143,7 @@ def test_every_attempt_is_one_span_with_the_genai_attributes(
         span = by_request[request_id][1]
         assert span.trace_id.hex() == TRACE_ID and span.parent_span_id.hex() == PARENT_ID
         assert attributes(span.attributes)["gen_ai.conversation.id"] == "conv-1"
-    for request_id in (text_id, hosted_id):
+    for request_id in (text_id, hosted_id, *wires):
         span = by_request[request_id][1]
         assert span.trace_id.hex() != TRACE_ID and span.parent_span_id == b""
 
