@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,22 @@ def price(
 JAN = price("m", "2026-01-01", input="0.20", cache_read="0.02", output="0.60")
 JUL = price("m", "2026-07-01", input="0.15", cache_read="0.015", output="0.45")
 BOOK = PriceBook([JAN, JUL])
+
+
+# The catalog's kvgate/demo-llama-8b entry in force since 2026-07-01 (pricing/catalog).
+DEMO_RATES = {"input": Decimal("0.15"), "cache_read": Decimal("0.015"), "output": Decimal("0.45")}
+
+
+def demo_cost(prompt: int, cached: int, output: int) -> Decimal:
+    """What the demo model costs, independent of pricing/cost.py: each class at its rate,
+    rounded to the nano-dollar."""
+    nano = Decimal("0.000000001")
+    parts = [
+        (prompt - cached) * DEMO_RATES["input"],
+        cached * DEMO_RATES["cache_read"],
+        output * DEMO_RATES["output"],
+    ]
+    return sum(((Decimal(p) / Decimal(1_000_000)).quantize(nano) for p in parts), Decimal(0))
 
 
 # -- records -----------------------------------------------------------------------------

@@ -24,25 +24,14 @@ from sqlalchemy import select
 from gateway.db.models import RequestRow
 from gateway.serving.calls import Endpoint
 from tests.e2e.conftest import ADMIN_TOKEN, DOWN, MODEL, SOLO, UNPRICED
+from tests.factories import demo_cost
 from tests.support.processes import call, kvgate, wait_recorded
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
-RATES = {"input": Decimal("0.15"), "cache_read": Decimal("0.015"), "output": Decimal("0.45")}
 USER_X = b'"messages": [{"role": "user", "content": "x"}]'
 SYSTEM = "You are the kvgate test assistant. Answer briefly and precisely. " * 12
-
-
-def expected_cost(prompt: int, cached: int, output: int) -> Decimal:
-    """Independent of pricing/cost.py: each class at its rate, rounded to the nano-dollar."""
-    nano = Decimal("0.000000001")
-    parts = [
-        (prompt - cached) * RATES["input"],
-        cached * RATES["cache_read"],
-        output * RATES["output"],
-    ]
-    return sum((Decimal(p) / Decimal(1_000_000)).quantize(nano) for p in parts)  # type: ignore[return-value]
 
 
 def client(stack: Stack, tenant: str = "alpha") -> OpenAI:
@@ -120,7 +109,7 @@ def test_second_identical_prompt_is_served_from_cache_and_priced_so(stack: Stack
     for reply in (first, second):
         usage = reply.usage
         assert usage is not None
-        cost = expected_cost(
+        cost = demo_cost(
             usage.prompt_tokens,
             usage.prompt_tokens_details.cached_tokens,  # type: ignore[union-attr]
             usage.completion_tokens,
@@ -146,7 +135,7 @@ def test_a_reply_carries_its_cost_and_cached_tokens_in_headers(stack: Stack) -> 
     assert cached > 0
     assert raw_reply.headers["x-kvgate-cached-tokens"] == str(cached)
     assert raw_reply.headers["x-kvgate-cost"] == reply.usage.cost  # type: ignore[attr-defined]
-    assert Decimal(raw_reply.headers["x-kvgate-cost"]) == expected_cost(
+    assert Decimal(raw_reply.headers["x-kvgate-cost"]) == demo_cost(
         reply.usage.prompt_tokens, cached, reply.usage.completion_tokens
     )
 
@@ -211,7 +200,7 @@ def test_stream_with_include_usage_ends_with_priced_usage(stack: Stack) -> None:
     assert usage.completion_tokens == 6
     cached = usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
     assert cached > 0
-    assert Decimal(usage.cost) == expected_cost(usage.prompt_tokens, cached, 6)  # type: ignore[attr-defined]
+    assert Decimal(usage.cost) == demo_cost(usage.prompt_tokens, cached, 6)  # type: ignore[attr-defined]
     (row,) = rows(stack, request_id=request_id)
     assert row.stream and row.status == "completed" and row.first_token_at is not None
     assert (row.cache_read_tokens, row.output_tokens, row.finish_reason) == (cached, 6, "length")
@@ -406,7 +395,7 @@ def test_statement_matches_the_sum_of_returned_costs(stack: Stack) -> None:
         assert usage is not None
         cached = usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
         seen += Decimal(usage.cost)  # type: ignore[attr-defined]
-        assert Decimal(usage.cost) == expected_cost(
+        assert Decimal(usage.cost) == demo_cost(
             usage.prompt_tokens, cached, usage.completion_tokens
         )  # type: ignore[attr-defined]
         tokens["uncached"] += usage.prompt_tokens - cached

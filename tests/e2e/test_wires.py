@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from gateway.db.models import RequestRow
 from tests.conftest import _backends, new_database
-from tests.factories import vllm
+from tests.factories import demo_cost, vllm
 from tests.support.processes import call, wait_recorded
 from tests.support.stack import Stack, running_stack
 
@@ -37,20 +37,8 @@ MODEL = "kvgate/demo-llama-8b"
 SOLO = "solo-llama"  # one replica: repeats land on the same cache
 PAIR = "pair-llama"  # two replicas of its own: follow-ups of stored responses
 SAME = {"price_model": MODEL, "upstream_model": MODEL}
-RATES = {"input": Decimal("0.15"), "cache_read": Decimal("0.015"), "output": Decimal("0.45")}
 SYSTEM = "You are the kvgate test assistant. Answer briefly and precisely. " * 12
 BLOCK = 16
-
-
-def expected_cost(prompt: int, cached: int, output: int) -> Decimal:
-    """Independent of pricing/cost.py: each class at its rate, rounded to the nano-dollar."""
-    nano = Decimal("0.000000001")
-    parts = [
-        (prompt - cached) * RATES["input"],
-        cached * RATES["cache_read"],
-        output * RATES["output"],
-    ]
-    return sum((Decimal(p) / Decimal(1_000_000)).quantize(nano) for p in parts)  # type: ignore[return-value]
 
 
 def hit(prompt: int) -> int:
@@ -106,7 +94,7 @@ def check_row(row: RequestRow, endpoint: str, uncached: int, cached: int, output
         cached,
         output,
     )
-    assert row.cost_total == expected_cost(uncached + cached, cached, output)
+    assert row.cost_total == demo_cost(uncached + cached, cached, output)
 
 
 # -- /v1/responses ---------------------------------------------------------------------
@@ -135,7 +123,7 @@ def test_responses_create_repeated_prompt_is_cached_and_priced(stack: Stack) -> 
             5,
             prompt + 5,
         )
-        assert Decimal(extra(usage, "cost")) == expected_cost(prompt, cached, 5)
+        assert Decimal(extra(usage, "cost")) == demo_cost(prompt, cached, 5)
         check_row(row_of(stack, reply._request_id), "/v1/responses", prompt - cached, cached, 5)  # type: ignore[attr-defined]
 
 
@@ -156,7 +144,7 @@ def test_responses_create_async(stack: Stack) -> None:
     first, second = asyncio.run(twice())
     prompt = first.usage.input_tokens
     assert second.usage.input_tokens_details.cached_tokens == hit(prompt)
-    assert Decimal(extra(second.usage, "cost")) == expected_cost(prompt, hit(prompt), 4)
+    assert Decimal(extra(second.usage, "cost")) == demo_cost(prompt, hit(prompt), 4)
 
 
 def test_responses_stream_relays_the_event_sequence_and_bills_response_completed(
@@ -183,7 +171,7 @@ def test_responses_stream_relays_the_event_sequence_and_bills_response_completed
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert completed.output[0].content[0].text == text
     assert usage.input_tokens_details.cached_tokens == hit(prompt)
-    assert Decimal(extra(usage, "cost")) == expected_cost(prompt, hit(prompt), 6)
+    assert Decimal(extra(usage, "cost")) == demo_cost(prompt, hit(prompt), 6)
     check_row(row_of(stack, request_id), "/v1/responses", prompt - hit(prompt), hit(prompt), 6)
 
 
@@ -221,7 +209,7 @@ def test_the_openai_node_sdk_streams_responses_with_cached_tokens_and_their_cost
         assert types.count("response.output_text.delta") == 7
         assert run["completed"]["output"][0]["content"][0]["text"] == run["text"]
         assert (usage["input_tokens"], usage["output_tokens"]) == (prompt, 7)
-        assert Decimal(usage["cost"]) == expected_cost(prompt, cached, 7)
+        assert Decimal(usage["cost"]) == demo_cost(prompt, cached, 7)
         check_row(row_of(stack, run["requestId"]), "/v1/responses", prompt - cached, cached, 7)
 
 
@@ -280,7 +268,7 @@ def test_embeddings_create_is_priced_at_the_input_rate(stack: Stack) -> None:
     assert len(reply.data) == 1 and len(reply.data[0].embedding) == 16
     prompt = reply.usage.prompt_tokens
     assert prompt == 5 and reply.usage.total_tokens == prompt
-    assert Decimal(extra(reply.usage, "cost")) == expected_cost(prompt, 0, 0)
+    assert Decimal(extra(reply.usage, "cost")) == demo_cost(prompt, 0, 0)
     check_row(row_of(stack, reply._request_id), "/v1/embeddings", prompt, 0, 0)  # type: ignore[attr-defined]
     several = client.embeddings.create(
         model=SOLO, input=["one two", "three"], encoding_format="float"
@@ -304,7 +292,7 @@ def test_another_endpoints_members_of_any_type_are_passed_on_unread(stack: Stack
     )
     assert status == 200 and headers["content-type"] == "application/json", body
     usage = json.loads(body)["usage"]
-    assert usage["prompt_tokens"] == 5 and Decimal(usage["cost"]) == expected_cost(5, 0, 0)
+    assert usage["prompt_tokens"] == 5 and Decimal(usage["cost"]) == demo_cost(5, 0, 0)
     assert headers["x-kvgate-cost"] == usage["cost"]
     check_row(row_of(stack, headers["x-request-id"]), "/v1/embeddings", 5, 0, 0)
     counted = {"model": SOLO, "messages": [{"role": "user", "content": "count me"}], **odd}
@@ -346,7 +334,7 @@ def test_messages_create_with_cache_control_reads_the_cache_and_is_priced(stack:
         cached,
     )
     assert second.usage.cache_creation_input_tokens == 0
-    assert Decimal(extra(second.usage, "cost")) == expected_cost(prompt, cached, 5)
+    assert Decimal(extra(second.usage, "cost")) == demo_cost(prompt, cached, 5)
     counted = client.messages.count_tokens(
         model=SOLO,
         system=SYSTEM_BLOCKS,
@@ -381,7 +369,7 @@ def test_messages_stream_relays_anthropic_events_and_bills_message_delta(stack: 
     prompt = start.input_tokens + (start.cache_read_input_tokens or 0)
     assert usage.cache_read_input_tokens == hit(prompt)
     assert usage.input_tokens == prompt - hit(prompt) and usage.output_tokens == 4
-    assert Decimal(extra(usage, "cost")) == expected_cost(prompt, hit(prompt), 4)
+    assert Decimal(extra(usage, "cost")) == demo_cost(prompt, hit(prompt), 4)
     check_row(row_of(stack, request_id), "/v1/messages", prompt - hit(prompt), hit(prompt), 4)
 
 

@@ -1,12 +1,14 @@
 """/v1/responses in exact mode, against `kvgate sim` and real vLLM (marker ``vllm``): the
 gateway hashes the prompt the replica renders (instructions + input items as chat
 messages), so what it predicted is what the replica served from cache; what it recorded
-is what the replica reported, streamed and not."""
+is what the replica reported, streamed and not, and its cost is the demo price's."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+from tests.factories import demo_cost
 from tests.vllm.conftest import ExactStack
 from tests.vllm.replicas import text
 
@@ -42,7 +44,10 @@ def test_responses_are_routed_on_the_prompt_the_replica_renders(stack: ExactStac
         assert row.uncached_tokens + row.cache_read_tokens == usage.input_tokens
         assert row.output_tokens == usage.output_tokens
         cached = usage.input_tokens_details.cached_tokens
-        assert usage.model_extra is not None and usage.model_extra["cost"] is not None
+        # The demo price's, to the nano-dollar, in the response and on the record.
+        cost = demo_cost(usage.input_tokens, cached, usage.output_tokens)
+        assert usage.model_extra is not None and Decimal(usage.model_extra["cost"]) == cost
+        assert Decimal(row.cost_total) == cost and usage.output_tokens == 3
         seen.append((cached, row.cache_read_tokens, row.predicted_cached_tokens))
     assert [recorded for _, recorded, _ in seen] == [reported for reported, _, _ in seen]
     # Repeats were served from cache, and the router knew exactly how much.
