@@ -4,7 +4,11 @@ into another tenant's cache. ``tiny-solo`` has one replica: a prompt's blocks ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import anthropic
 import openai
+import pytest
 
 from tests.vllm.conftest import ExactStack
 from tests.vllm.replicas import text
@@ -58,3 +62,40 @@ def test_a_client_chosen_salt_never_reaches_another_tenants_cache(stack: ExactSt
     )
     assert direct.usage is not None and direct.usage.prompt_tokens_details is not None
     assert direct.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def responses_cached(stack: ExactStack, tenant: str, content: str) -> tuple[int, int]:
+    """(cached tokens, prompt tokens) of one ``responses.create``."""
+    reply = stack.client(tenant).responses.create(
+        model="tiny-solo", input=content, max_output_tokens=2, temperature=0
+    )
+    assert reply.usage is not None
+    return reply.usage.input_tokens_details.cached_tokens, reply.usage.input_tokens
+
+
+def messages_cached(stack: ExactStack, tenant: str, content: str) -> tuple[int, int]:
+    """(cached tokens, prompt tokens) of one Anthropic ``messages.create``."""
+    claude = anthropic.Anthropic(
+        base_url=stack.gateway.url, api_key=stack.keys[tenant], max_retries=0
+    )
+    reply = claude.messages.create(
+        model="tiny-solo", max_tokens=2, messages=[{"role": "user", "content": content}]
+    )
+    cached = reply.usage.cache_read_input_tokens or 0
+    return cached, reply.usage.input_tokens + cached
+
+
+@pytest.mark.parametrize(
+    ("ask", "seed"),
+    [(responses_cached, 403), (messages_cached, 404)],
+    ids=["responses", "messages"],
+)
+def test_the_responses_and_messages_wires_carry_the_tenants_salt_too(
+    stack: ExactStack, ask: Callable[[ExactStack, str, str], tuple[int, int]], seed: int
+) -> None:
+    prompt = text(seed, 200)
+    assert ask(stack, "alpha", prompt)[0] == 0
+    hits, prompt_tokens = ask(stack, "alpha", prompt)
+    assert hits == (prompt_tokens - 1) // 32 * 32 > 0
+    assert ask(stack, "beta", prompt) == (0, prompt_tokens)
+    assert ask(stack, "alpha", prompt) == (hits, prompt_tokens)
