@@ -186,6 +186,8 @@ class Scripted:
             [
                 web.post("/v1/chat/completions", self._generate),
                 web.post("/v1/completions", self._generate),
+                web.post("/v1/responses", self._generate),
+                web.post("/v1/messages", self._generate),
                 web.post("/v1/messages/count_tokens", self._generate),
                 web.get("/health", self._health),
             ]
