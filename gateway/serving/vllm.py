@@ -34,12 +34,11 @@ from gateway.errors import (
 )
 from gateway.routing.fleet import Fleet
 from gateway.routing.placement import NoReplicaAvailable, Placement, Route
-from gateway.serving import replies
+from gateway.serving import homes, replies
 from gateway.serving.backend import Answer, NoUpstream
 from gateway.serving.breaks import DEFAULT_SIZE, Arrival, BreakWatch, interaction_key, renderer
 from gateway.serving.calls import Endpoint, forwardable
 from gateway.serving.context import Attempt, Context, Expectation, Outcome, now
-from gateway.serving.homes import ResponseHomes
 from gateway.serving.prompts import routing_prompt
 from gateway.serving.wires import WIRES, Wire, WireStream
 from gateway.upstream import sse
@@ -67,7 +66,9 @@ class Plan:
     arrival: Arrival | None = None  # its place in its interaction, for prefix breakers
     wire: Wire | None = None  # an endpoint other than chat's and completions'
     generated: bool = True  # tokens are generated (its answer teaches routing)
-    pinned: str | None = None  # the previous_response_id whose replica alone may serve it
+    # A follow-up of a stored response: (the replica's own id, the one passed on, marked
+    # with the replica that alone may serve it: serving/homes.py).
+    previous: tuple[str, str] | None = None
 
 
 class VllmBackend:
@@ -95,7 +96,6 @@ class VllmBackend:
             name: BreakWatch(name, size=break_lru_size, render=renderer(fleet.hasher.tokenizer))
             for name, fleet in self.fleets.items()
         }
-        self.homes = ResponseHomes()  # Responses API ids -> the replica that stored them
 
     async def plan(self, ctx: Context) -> Plan:
         """The upstream body and the route, computed once for every attempt."""
@@ -106,11 +106,8 @@ class VllmBackend:
         body["cache_salt"] = salt
         if call.stream and call.endpoint in ASK_FOR_USAGE:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        tried, previous = _pinned(fleet, body)
         encoded = forwardable(body)
-        previous = body.get("previous_response_id")
-        tried = self._pinned(fleet, previous)
-        known = isinstance(previous, str) and self.homes.home_of(previous) is not None
-        pinned = previous if known else None
         source = routing_prompt(call)
         route = await fleet.route_async(
             source,
@@ -132,18 +129,7 @@ class VllmBackend:
         call.body.clear()
         timeout = self._timeouts[ctx.deployment.name]
         wire = WIRES.get(call.endpoint)
-        return Plan(fleet, encoded, route, timeout, tried, arrival, wire, generated, pinned)
-
-    def _pinned(self, fleet: Fleet, previous: Any) -> set[str]:
-        """The replicas a follow-up of a stored response must not go to: all but the one
-        holding it (none when the gateway does not know where it is)."""
-        home = self.homes.home_of(previous) if isinstance(previous, str) else None
-        if home is None:
-            return set()
-        others = {r.url for r in fleet.replicas if r.url != home}
-        if not fleet.has_alternative(others):
-            raise _gone(previous, home)
-        return others
+        return Plan(fleet, encoded, route, timeout, tried, arrival, wire, generated, previous)
 
     def start(self, ctx: Context, plan: Plan, number: int) -> Attempt:
         """A replica for attempt ``number``, never one this request already tried."""
@@ -169,18 +155,13 @@ class VllmBackend:
             reply = await post_json(self.session, url, plan.body, timeout=plan.timeout)
         except UpstreamConnectError as exc:
             plan.fleet.mark_down(_hold(attempt).placement.replica)
-            if plan.pinned is not None:
-                raise _gone(plan.pinned, attempt.upstream) from exc
+            if plan.previous is not None:
+                raise _gone(plan.previous[1], attempt.upstream) from exc
             raise
         answer = _answer(reply.status, reply.body, plan.wire)
         if ctx.call.endpoint is Endpoint.RESPONSES:
-            self._stored(answer.body.get("id"), attempt.upstream)
+            homes.renamed(answer.body, attempt.upstream, plan.previous)
         return answer
-
-    def _stored(self, response_id: Any, replica: str) -> None:
-        """A response the replica may have stored: follow-ups naming it go there."""
-        if isinstance(response_id, str):
-            self.homes.remember(response_id, replica)
 
     async def open(self, ctx: Context, plan: Plan, attempt: Attempt) -> VllmStream | WireStream:
         """One streamed POST, open once the replica answered 200."""
@@ -190,8 +171,8 @@ class VllmBackend:
             status = await upstream.open()
         except UpstreamConnectError as exc:
             plan.fleet.mark_down(_hold(attempt).placement.replica)
-            if plan.pinned is not None:
-                raise _gone(plan.pinned, attempt.upstream) from exc
+            if plan.previous is not None:
+                raise _gone(plan.previous[1], attempt.upstream) from exc
             raise
         if status != 200:
             raw = await upstream.read_all()
@@ -203,7 +184,8 @@ class VllmBackend:
                 upstream,
                 plan.wire,
                 prompt_chars=ctx.call.prompt_chars,
-                on_id=lambda response_id: self._stored(response_id, replica),
+                rename=lambda response_id: homes.homed(response_id, replica),
+                previous=plan.previous,
             )
         return VllmStream(upstream, prompt_chars=ctx.call.prompt_chars)
 
@@ -328,11 +310,33 @@ class VllmStream:
         await self.upstream.close()
 
 
-def _gone(response_id: str, replica: str) -> ResponseUnavailable:
+def _pinned(fleet: Fleet, body: dict[str, Any]) -> tuple[set[str], tuple[str, str] | None]:
+    """A follow-up of a stored response: the replicas it must not go to (all but the one
+    its id names) and the (replica's own, marked) id it continues; ``body`` is given the
+    replica's own. Nothing of the kind for an id without a mark (routed as any request)."""
+    previous = body.get("previous_response_id")
+    own, key = homes.split_home(previous) if isinstance(previous, str) else (None, None)
+    if own is None or key is None:
+        return set(), None
+    assert isinstance(previous, str)
+    replicas = [r.url for r in fleet.replicas]
+    home = homes.home_of(key, replicas)
+    others = {url for url in replicas if url != home}
+    if home is None or not fleet.has_alternative(others):
+        raise _gone(previous, home)
+    body["previous_response_id"] = own
+    return others, (own, previous)
+
+
+def _gone(response_id: str, replica: str | None) -> ResponseUnavailable:
+    where = (
+        f"replica {replica}, which is no longer available"
+        if replica
+        else ("a replica that is no longer in this deployment")
+    )
     return ResponseUnavailable(
-        f"response '{response_id}' was stored by replica {replica}, which is no longer "
-        "available, and the conversation went with it: send the conversation again as "
-        "input, without previous_response_id",
+        f"response '{response_id}' was stored by {where}, and the conversation went with "
+        "it: send the conversation again as input, without previous_response_id",
         param="previous_response_id",
     )
 

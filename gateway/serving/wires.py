@@ -257,12 +257,16 @@ class WireStream:
         wire: Wire,
         *,
         prompt_chars: int,
-        on_id: Callable[[str], None] | None = None,
+        rename: Callable[[str], str] | None = None,
+        previous: tuple[str, str] | None = None,
     ) -> None:
         self.upstream = upstream
         self.wire = wire
         self.prompt_chars = prompt_chars
-        self.on_id = on_id  # told the response's id once it is known (Responses)
+        # Responses: the id to pass on for the response's (once response.created names
+        # it), and for the one it continues (previous): swapped in every event.
+        self.rename = rename
+        self.swaps: list[tuple[bytes, bytes]] = [] if previous is None else [_quoted(previous)]
         self.first_token_at: datetime | None = None
         self.usage_chunk: dict[str, Any] | None = None  # chat's; never set here
         self.held: list[tuple[bytes, dict[str, Any]]] = []  # (event name, its data)
@@ -283,7 +287,7 @@ class WireStream:
                 if not self._inspect(event):
                     passing.append(event)
             if passing:
-                yield b"".join(passing)
+                yield self._swapped(b"".join(passing))
         if not self.ended:
             raise UpstreamError("upstream stream ended before its closing event")
 
@@ -294,10 +298,10 @@ class WireStream:
             self.content_events += 1
             return False
         if isinstance(self.wire, ResponsesWire):
-            if name == b"response.created" and self.on_id is not None:
+            if name == b"response.created" and self.rename is not None:
                 created = _data(event).get("response")
                 if isinstance(created, dict) and isinstance(created.get("id"), str):
-                    self.on_id(created["id"])
+                    self.swaps.append(_quoted((created["id"], self.rename(created["id"]))))
             if name in ResponsesWire.TERMINAL:
                 data = _data(event)
                 response = _dict(data.get("response"))
@@ -353,7 +357,12 @@ class WireStream:
             elif name == b"message_delta":
                 data = {**data, "usage": self.wire.billed_usage(data.get("usage"), record)}
             out.append(b"event: " + name + b"\ndata: " + orjson.dumps(data) + b"\n\n")
-        return b"".join(out)
+        return self._swapped(b"".join(out))
+
+    def _swapped(self, events: bytes) -> bytes:
+        for old, new in self.swaps:
+            events = events.replace(old, new)
+        return events
 
     def error_event(self, error: KvgateError) -> bytes:
         """The error as the wire's own error event."""
@@ -362,6 +371,12 @@ class WireStream:
     async def close(self) -> None:
         """Close the connection: cancels the replica's request if it is still running."""
         await self.upstream.close()
+
+
+def _quoted(ids: tuple[str, str]) -> tuple[bytes, bytes]:
+    """An (old, new) id pair as JSON strings, for swapping in events."""
+    old, new = ids
+    return b'"' + old.encode() + b'"', b'"' + new.encode() + b'"'
 
 
 def _data(event: bytes) -> dict[str, Any]:
