@@ -1,10 +1,12 @@
 """Large request bodies: a real gateway's memory per body, at its peak and after.
 
-Sixteen clients send a 3.9 MiB chat body each, all at once, to `kvgate serve` in front of
+Sixteen clients send a 3.9 MiB body each, all at once, to `kvgate serve` in front of
 an instant `kvgate sim`. The gateway's peak resident memory (VmHWM, reset just before
 through /proc/PID/clear_refs, so no spike between two samples is missed) may grow by at
 most twice the bodies in flight, and once they are answered its memory must come back
-down: buffers of that size are returned to the system, not kept in malloc's arenas.
+down: buffers of that size are returned to the system, not kept in malloc's arenas. Three
+shapes of body: one long message, thousands of short turns, a prompt of token ids (the last
+two not yet within the bounds: NOT_YET).
 """
 
 from __future__ import annotations
@@ -50,13 +52,61 @@ def chat_body(size: int) -> bytes:
     return body
 
 
-async def send_all(url: str, key: str, body: bytes, clients: int) -> list[int]:
+def many_messages_body(size: int) -> bytes:
+    """A chat body of exactly ``size`` bytes: thousands of short turns (an agent's long
+    history), many small objects where the other has one string."""
+    turn = "a short turn of an agent's history, number "
+    shell = len(json.dumps({"model": MODEL, "max_tokens": 4, "messages": []}))
+    each = len(json.dumps({"role": "user", "content": f"{turn}000000"})) + 2  # and ", "
+    turns = [{"role": "user", "content": f"{turn}{n:06d}"} for n in range((size - shell) // each)]
+    body = json.dumps({"model": MODEL, "max_tokens": 4, "messages": turns})
+    turns[0]["content"] += "x" * (size - len(body))
+    encoded = json.dumps({"model": MODEL, "max_tokens": 4, "messages": turns}).encode()
+    assert len(encoded) == size
+    return encoded
+
+
+def token_ids_body(size: int) -> bytes:
+    """A completions body of exactly ``size`` bytes whose prompt is token ids: the
+    shape that grows most when parsed (a 28-byte int object for every few bytes)."""
+    shell = json.dumps({"model": MODEL, "max_tokens": 4, "prompt": []}).encode()
+    ids: list[str] = []
+    length = len(shell)
+    n = 0
+    while length + len(str(1000 + n % 30000)) + 2 <= size:
+        ids.append(str(1000 + n % 30000))
+        length += len(ids[-1]) + (2 if len(ids) > 1 else 0)
+        n += 1
+    body = shell.replace(b'"prompt": []', b'"prompt": [' + ", ".join(ids).encode() + b"]")
+    body = body.replace(b'"max_tokens": 4', b'"max_tokens": 4' + b" " * (size - len(body)))
+    assert len(body) == size and json.loads(body)["max_tokens"] == 4
+    return body
+
+
+# (body of a size, the endpoint it goes to)
+SHAPES = {
+    "one-long-message": (chat_body, "/v1/chat/completions"),
+    "many-small-messages": (many_messages_body, "/v1/chat/completions"),
+    "token-id-prompt": (token_ids_body, "/v1/completions"),
+}
+# Known and not yet met (measured here, 2026-12-02; one burst each in the suite): a parsed
+# body of many small objects is several times its bytes while it lives (a 28-byte int for
+# every 7 bytes of token ids), and the small objects' arenas are not all returned.
+NOT_YET = {
+    "many-small-messages": "peaks at 1.0-1.4x, but 15-18 MiB stay resident after each burst",
+    "token-id-prompt": "peaks at 1.93-2.02x a body per request; released after",
+}
+
+
+async def send_all(
+    url: str, key: str, body: bytes, clients: int, path: str = "/v1/chat/completions"
+) -> list[int]:
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
 
         async def one() -> int:
-            async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+            async with session.post(url + path, data=body, headers=headers) as r:
                 await r.read()
                 return r.status
 
@@ -80,30 +130,41 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.close()
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        pytest.param(shape, marks=pytest.mark.xfail(reason=NOT_YET[shape], strict=False))
+        if shape in NOT_YET
+        else shape
+        for shape in SHAPES
+    ],
+)
 def test_sixteen_concurrent_large_bodies_peak_under_twice_their_size_and_are_released(
-    stack: Stack,
+    stack: Stack, shape: str
 ) -> None:
     """Three bursts: each peaks under twice its bodies, and after each the gateway is back
-    within KEPT_AFTER of where the first began."""
+    within KEPT_AFTER of where the first began; for each shape of body."""
     assert stack.gateway is not None
     pid = stack.gateway.process.pid
-    body = chat_body(BODY_BYTES)
+    make, path = SHAPES[shape]
+    body = make(BODY_BYTES)
     # Warm up every path a body takes, and the connection pools (both sides) at this width.
-    assert asyncio.run(send_all(stack.url, stack.key, chat_body(1024), CLIENTS)) == [200] * CLIENTS
-    assert asyncio.run(send_all(stack.url, stack.key, body, 2)) == [200, 200]
+    small = make(4096)
+    assert asyncio.run(send_all(stack.url, stack.key, small, CLIENTS, path)) == [200] * CLIENTS
+    assert asyncio.run(send_all(stack.url, stack.key, body, 2, path)) == [200, 200]
     time.sleep(SETTLE_S)
     start = status_kib(pid, "VmRSS")
     failures = []
-    for burst in range(1, BURSTS + 1):
+    for burst in range(1, (1 if shape in NOT_YET else BURSTS) + 1):
         before = status_kib(pid, "VmRSS")
         reset_peak(pid)
-        statuses = asyncio.run(send_all(stack.url, stack.key, body, CLIENTS))
+        statuses = asyncio.run(send_all(stack.url, stack.key, body, CLIENTS, path))
         peak = status_kib(pid, "VmHWM")
         time.sleep(SETTLE_S)
         after = status_kib(pid, "VmRSS")
         growth, kept = (peak - before) * 1024, (after - start) * 1024
         print(
-            f"\nburst {burst}: {CLIENTS} concurrent bodies of {BODY_BYTES / MIB:.1f} MiB: "
+            f"\n{shape}, burst {burst}: {CLIENTS} concurrent bodies of {BODY_BYTES / MIB:.1f} MiB: "
             f"gateway RSS {before / 1024:.1f} MiB before, {peak / 1024:.1f} MiB peak "
             f"(+{growth / MIB:.1f} MiB, {growth / CLIENTS / BODY_BYTES:.2f}x a body per "
             f"request), {after / 1024:.1f} MiB after ({kept / MIB:+.1f} MiB from the start)"
