@@ -106,7 +106,9 @@ class VllmBackend:
         body["cache_salt"] = salt
         if call.stream and call.endpoint in ASK_FOR_USAGE:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        tried, previous = _pinned(fleet, body)
+        tried, previous = (
+            _pinned(fleet, body) if call.endpoint is Endpoint.RESPONSES else (set(), None)
+        )
         encoded = forwardable(body)
         source = routing_prompt(call)
         route = await fleet.route_async(

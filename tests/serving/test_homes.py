@@ -93,3 +93,20 @@ async def test_a_follow_up_whose_replica_left_the_deployment_is_a_clear_404(
         assert gone.value.body["code"] == "previous_response_unavailable"  # type: ignore[index]
         assert gone.value.body["param"] == "previous_response_id"  # type: ignore[index]
         assert "no longer in this deployment" in gone.value.body["message"]  # type: ignore[index]
+
+
+async def test_only_the_responses_api_is_pinned_by_a_marked_id(harness: Harness) -> None:
+    """``previous_response_id`` means nothing to chat: a chat body carrying a marked one
+    (of a replica not in the deployment) is served as any chat request, not refused."""
+    sim = await harness.sim()
+    gateway = await harness.one(sim)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+        "previous_response_id": homed("resp_elsewhere", "http://10.9.9.9:8000"),
+    }
+    async with gateway.http(harness.tenant.key) as http:
+        reply = await http.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 2
