@@ -38,6 +38,9 @@ def sampled_after(stack: ExactStack, moment: datetime, timeout_s: float = 15.0) 
 def test_recorded_prompt_and_cached_tokens_equal_the_replicas_counters(
     stack: ExactStack,
 ) -> None:
+    # A window begins at the replica's last sample before --since: wait for one taken after
+    # every earlier test's requests, so that none of theirs falls in this test's windows.
+    sampled_after(stack, datetime.now(UTC))
     since = datetime.now(UTC)
     sampled_after(stack, since)
     client = stack.client()
