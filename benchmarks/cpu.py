@@ -26,6 +26,10 @@ from typing import Any
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+# (benchmarks/workers.py reads /proc alike, but importing it would bind the `benchmarks`
+# package to this checkout before --tree's is put first on the path.)
+
+
 def tree_of(pid: int) -> list[int]:
     """A process and its descendants."""
     found, pending = [], [pid]

@@ -68,15 +68,26 @@ RESPONSES_CUT = {"tokens": (7, 0, 0, 1), "source": "estimated", "cost": D("0.000
 MESSAGES_CUT = {"tokens": (25, 0, 0, 1), "source": "estimated", "cost": D("0.000090000")}
 
 
-async def test_a_replica_dying_mid_responses_stream_fails_it_on_an_estimate(
-    harness: Harness,
-) -> None:
-    _, url = await harness.scripted(Stream(RESPONSES_OPENING, end="drop"))
+async def die_after_opening(
+    harness: Harness, opening: list[bytes], path: str, body: dict[str, Any]
+) -> tuple[list[bytes], str, list[dict[str, Any]], Any]:
+    """A replica that dies once it sent ``opening``, a spare one beside it: the events the
+    client got, the dead replica's URL, the request's attempts, and the spare."""
+    _, url = await harness.scripted(Stream(opening, end="drop"))
     spare, other = await harness.scripted(Answer(completion()))
     gateway = await harness.one(url, other)
     async with gateway.http(harness.tenant.key) as http:
-        reply = await http.post(RESPONSES, json=responses_body())
-    got = split(reply.content)
+        reply = await http.post(path, json=body)
+    rows = await gateway.attempts(reply.headers["x-request-id"])
+    return split(reply.content), url, [facts(row) for row in rows], spare
+
+
+async def test_a_replica_dying_mid_responses_stream_fails_it_on_an_estimate(
+    harness: Harness,
+) -> None:
+    got, url, attempts, spare = await die_after_opening(
+        harness, RESPONSES_OPENING, RESPONSES, responses_body()
+    )
     assert len(got) == 3 and got[1] == RESPONSES_OPENING[1]
     # The response's id, marked with the replica that holds it (stored-response routing).
     created = orjson.loads(got[0].partition(b"\ndata: ")[2])
@@ -85,29 +96,22 @@ async def test_a_replica_dying_mid_responses_stream_fails_it_on_an_estimate(
     assert error_data(got[2]) == {
         "type": "error", "code": None, "message": broke, "param": None
     }  # fmt: skip
-    rid = reply.headers["x-request-id"]
-    assert [facts(row) for row in await gateway.attempts(rid)] == [
-        attempt(rid, url, status="failed", error=broke, **RESPONSES_CUT, **STREAM)
-    ]
-    assert spare.bodies == []
+    rid = attempts[0]["request_id"]
+    assert attempts == [attempt(rid, url, status="failed", error=broke, **RESPONSES_CUT, **STREAM)]
+    assert spare.bodies == []  # bytes had reached the client: no second attempt
 
 
 async def test_a_replica_dying_mid_messages_stream_fails_it_on_what_was_reported(
     harness: Harness,
 ) -> None:
-    _, url = await harness.scripted(Stream(MESSAGES_OPENING, end="drop"))
-    spare, other = await harness.scripted(Answer(completion()))
-    gateway = await harness.one(url, other)
-    async with gateway.http(harness.tenant.key) as http:
-        reply = await http.post(ANTHROPIC, json=messages_body())
-    got = split(reply.content)
+    got, url, attempts, spare = await die_after_opening(
+        harness, MESSAGES_OPENING, ANTHROPIC, messages_body()
+    )
     assert got[:3] == MESSAGES_OPENING and len(got) == 4
     broke = StartsWith(f"upstream stream broke: {url}{ANTHROPIC}: ")
     assert error_data(got[3]) == {"type": "error", "error": {"type": "api_error", "message": broke}}
-    rid = reply.headers["x-request-id"]
-    assert [facts(row) for row in await gateway.attempts(rid)] == [
-        attempt(rid, url, status="failed", error=broke, **MESSAGES_CUT, **STREAM)
-    ]
+    rid = attempts[0]["request_id"]
+    assert attempts == [attempt(rid, url, status="failed", error=broke, **MESSAGES_CUT, **STREAM)]
     assert spare.bodies == []
 
 
