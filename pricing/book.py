@@ -30,6 +30,8 @@ RATE_FIELDS = ("input", "cache_read", "cache_write", "output")
 OPTIONAL_RATES = ("cache_write", "cache_write_1h")
 # Names providers report for their ordinary tier: priced with the entry's base rates.
 STANDARD_TIERS = frozenset({"", "default", "standard", "auto", "on_demand"})
+ZERO = Decimal(0)
+
 # The names of an entry's rate sets besides its tiers (see Price.rate_class).
 STANDARD = "standard"
 LONG_CONTEXT = "long_context"
@@ -84,9 +86,21 @@ class Price:
     # and kept (every priced request names it; formatting the moment each time was the
     # top line of the request path's profile).
     id: str = field(init=False, repr=False, compare=False)
+    # The dearest prompt rate (input, cache read or either write) and output rate of any of
+    # its rate sets: what a budget reserves at (``gateway/serving/admission.py``). Derived
+    # once, as ``id`` is: admission asks it of every governed request.
+    dearest: tuple[Decimal, Decimal] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "id", price_id(self.model, self.effective_from))
+        sets = [self.base, *(rates for _, rates in self.tiers)]
+        if self.long_context is not None:
+            sets.append(self.long_context.rates)
+        prompt = max(
+            max(r.input, r.cache_read, r.cache_write or ZERO, r.cache_write_1h or ZERO)
+            for r in sets
+        )
+        object.__setattr__(self, "dearest", (prompt, max(r.output for r in sets)))
 
     @property
     def base(self) -> Rates:

@@ -500,7 +500,7 @@ def sync_lease(session: Session, lease: LeaseSync) -> tuple[Decimal, Decimal]:
     counters: Table = BudgetCounterRow.__table__  # type: ignore[assignment]
     holds: Table = BudgetHoldRow.__table__  # type: ignore[assignment]
     # Core statements on the session's connection (the ORM's bulk-update path cost more
-    # CPU than the statements: a worker runs this for each counter every FLUSH_S).
+    # CPU than the statements: a busy worker runs this for each counter about once a second).
     connection = session.connection()
     key = (
         counters.c.budget_id == lease.budget_id,

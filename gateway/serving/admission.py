@@ -52,7 +52,6 @@ from gateway.serving.rates import (
     units,
     windows,
 )
-from pricing.book import Price
 from pricing.cost import money
 
 log = logging.getLogger("kvgate.admission")
@@ -91,17 +90,6 @@ class Admitted:
 
 
 FREE = Admitted()  # a request no rule applies to: nothing to settle
-
-
-def _rates(price: Price) -> tuple[Decimal, Decimal]:
-    """The dearest prompt and output rates of any of the entry's rate sets."""
-    sets = [price.base, *(r for _, r in price.tiers)]
-    if price.long_context is not None:
-        sets.append(price.long_context.rates)
-    prompt = max(
-        max(r.input, r.cache_read, r.cache_write or ZERO, r.cache_write_1h or ZERO) for r in sets
-    )
-    return prompt, max(r.output for r in sets)
 
 
 # Each endpoint's output cap, by the name its wire gives it (the first found binds).
@@ -149,7 +137,7 @@ def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     for model in models:
         price = ledger.book.price_for(model, at=at)
         if price is not None:
-            prompt_rate, output_rate = _rates(price)
+            prompt_rate, output_rate = price.dearest
             worst = max(worst, money(prompt, prompt_rate) + money(output, output_rate))
     return worst
 

@@ -6,22 +6,24 @@
 The counters are budgets' (money per period) and rate limits' (requests or tokens per
 UTC minute, ``gateway/serving/rates.py``): one machinery. Admission takes a request's
 charge from the worker's slice, with no database round trip; settlement moves it from
-``used`` to what it came to. Every ``FLUSH_S`` the worker flushes what it spent into the
-counter and tops its slice up (or, idle for ``IDLE_S`` or past its period's end, gives it
-back), off the request path, each slice's room computed under its counter's row lock
-(``gateway/db/spend.py`` ``sync_lease``), all of a flush's slices in one transaction (a
-budget and a rate limit are three counters: one transaction every ``FLUSH_S``, not
-three). A slice of a period about to begin (a rate limit's next minute) is taken
-``AHEAD_S`` before it does, by a worker that used the current one within ``IDLE_S``. A
-request its slice cannot cover waits for one such sync; if the counter has no room left
-for it, it is refused.
+``used`` to what it came to. Every ``FLUSH_S`` the worker looks at its slices, off the
+request path: one that runs low is topped up, one idle for ``IDLE_S`` or past its period's
+end is given back, and a slice's spend is flushed into its counter once it is
+``SPEND_SHARE`` of the slice or ``SPEND_FLUSH_S`` old (a busy worker whose slices have room
+flushes once a second, not ten times). Each slice's room is computed under its counter's
+row lock (``gateway/db/spend.py`` ``sync_lease``), all of a tick's slices in one
+transaction (a budget and a rate limit are three counters: one transaction, not three). A
+slice of a period about to begin (a rate limit's next minute) is taken ``AHEAD_S`` before
+it does, by a worker that used the current one within ``IDLE_S``. A request its slice
+cannot cover waits for one such sync; if the counter has no room left for it, it is
+refused.
 
 The bound: what is held but unused is at most the workers' slices, each at most
 ``max(SHARE x limit, SLICE_REQUESTS x the largest request seen)``, for at most ``IDLE_S``
 after a worker's last request; a request can be refused while other workers still hold
 that much; spend never passes the limit. A worker that dies leaves its slice to be swept
-after the hold TTL (and the spend it had not flushed, at most ``FLUSH_S`` of it, is
-missing from the counter, not from the records).
+after the hold TTL (and the spend it had not flushed, at most ``SPEND_FLUSH_S`` of it, or
+about ``SPEND_SHARE`` of its slice, is missing from the counter, not from the records).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from gateway.db.session import DatabaseError, SessionFactory
 log = logging.getLogger("kvgate.leases")
 SHARE = Decimal("0.05")  # a slice is at most this share of the limit...
 SLICE_REQUESTS = 8  # ...or room for this many of the largest request seen, if more
-FLUSH_S = 0.1
+FLUSH_S = 0.1  # how often a worker looks at its slices
+SPEND_FLUSH_S = 1.0  # a slice's spend is flushed at least this often...
+SPEND_SHARE = Decimal("0.25")  # ...and once it is this share of the slice
 IDLE_S = 1.0  # a slice unused this long goes back to the budget
 AHEAD_S = 2 * FLUSH_S  # a period about to begin: its slice taken this long before
 ZERO = Decimal(0)
@@ -262,8 +266,9 @@ class Leases:
                 )
 
     async def tick(self, counters: set[str]) -> None:
-        """Every slice synced if it has spend to flush, runs low, or went idle; slices of
-        deleted budgets and limits forgotten (their counters went with them)."""
+        """Every slice synced if its spend is due (``SPEND_FLUSH_S`` old or a
+        ``SPEND_SHARE`` of it), it runs low, or it went idle; slices of deleted budgets and
+        limits forgotten (their counters went with them)."""
         now, at = time.monotonic(), self.clock()
         self._ahead(now, at)
         due: list[Lease] = []
@@ -273,7 +278,7 @@ class Leases:
                 continue
             want = lease.want(now, at)
             if lease.syncing is None and (
-                lease.spent > 0
+                self._spend_due(lease, now)
                 or lease.available < want / 2
                 or lease.held > want + lease.used
                 or (lease.held > 0 and now - lease.synced_at > self.hold_ttl.total_seconds() / 3)
@@ -294,6 +299,14 @@ class Leases:
         for key, lease in list(self.leases.items()):
             if self._forgettable(lease):
                 del self.leases[key]
+
+    @staticmethod
+    def _spend_due(lease: Lease, now: float) -> bool:
+        """Whether a slice's spend is to be flushed: the counter then knows it (other
+        workers' headers and refusals, the alerts) and a crash cannot lose more of it."""
+        return lease.spent > 0 and (
+            now - lease.synced_at >= SPEND_FLUSH_S or lease.spent >= lease.held * SPEND_SHARE
+        )
 
     def _forgettable(self, lease: Lease) -> bool:
         """Whether a slice can be forgotten: nothing held, in flight or unflushed, idle or

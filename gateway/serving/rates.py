@@ -18,10 +18,11 @@ every worker keeps busy, each uses what it holds and the minute admits exactly i
 A request is admitted while its worker's slice has tokens left, its tokens counted when it
 is recorded: requests in flight can take a minute past its token cap (as when the database
 counted them per request). The ``x-ratelimit-remaining-*`` headers say what this worker
-knows: the counters as of its last sync (0.1 s ago at most) and what it counted since.
-A killed worker's slice is swept after the hold TTL; the requests it admitted in its last
-0.1 s were not flushed, so with a TTL under a minute they could be admitted again in the
-same minute (with the default 60 s its slice returns after its minute has ended).
+knows: the counters as of its last sync (a second ago at most, while it is busy) and what
+it counted since. A killed worker's slice is swept after the hold TTL; the requests it
+admitted since its last flush (a second at most) were not flushed, so with a TTL under a
+minute they could be admitted again in the same minute (with the default 60 s its slice
+returns after its minute has ended).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from gateway.budgets import parse_scope
 from gateway.db import spend
 from gateway.db.session import make_engine, session_factory, transaction
 from gateway.errors import RateLimited
+from gateway.serving import leases
 from gateway.serving.admission import Admission, Admitted
 from gateway.serving.leases import IDLE_S
 from gateway.serving.rates import count_of
@@ -136,9 +137,13 @@ def test_two_workers_never_admit_more_than_a_minutes_requests(engine: Engine) ->
     assert spent == 25 and spent + reserved <= 25
 
 
-def test_a_steady_admission_makes_no_database_round_trip(engine: Engine) -> None:
-    """Once the worker holds its slices, 40 admissions and settlements run no statement;
-    the next flush writes what they counted (requests and tokens) into the minute."""
+def test_a_steady_admission_makes_no_database_round_trip(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the worker holds its slices, 40 admissions and settlements run no statement.
+    A flush writes a slice's spend once it is ``SPEND_SHARE`` of the slice (the 41 requests
+    of a 50-request slice) or ``SPEND_FLUSH_S`` old (the 1,200 tokens of a 50,000 slice:
+    not at the next tick, but once that time has passed)."""
     acme = _limit(engine, 1000, 1_000_000)
     clock = Clock()
     worker = spend_workers.worker(engine, clock)
@@ -155,8 +160,14 @@ def test_a_steady_admission_makes_no_database_round_trip(engine: Engine) -> None
             headers.append(admitted.headers)
         assert statements.take() == []
         await worker.flush()
+        assert _counter(engine, tokens, minute)[0] == 0  # a quarter of its slice: not yet
+        monkeypatch.setattr(leases, "SPEND_FLUSH_S", 0.0)  # as if a second had passed
+        await worker.flush()
         return headers
 
+    [limit] = worker.rules.limits
+    requests, tokens = spend.window_counters(limit.id)
+    minute = NOON.replace(second=0)
     headers = asyncio.run(run())
     assert [h["x-ratelimit-remaining-requests"] for h in headers[:3]] == ["998", "997", "996"]
     # Each request's headers count the tokens settled before it: 30 per request.
@@ -166,16 +177,16 @@ def test_a_steady_admission_makes_no_database_round_trip(engine: Engine) -> None
         "999940",
     ]
     assert headers[0]["x-ratelimit-reset-requests"] == "30.000s"
-    [limit] = worker.rules.limits
-    requests, tokens = spend.window_counters(limit.id)
-    minute = NOON.replace(second=0)
     assert _counter(engine, requests, minute)[0] == 41
     assert _counter(engine, tokens, minute)[0] == 40 * 30
 
 
-def test_the_next_minutes_slice_is_taken_before_it_begins(engine: Engine) -> None:
+def test_the_next_minutes_slice_is_taken_before_it_begins(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker busy at 12:00:59.9 holds a slice of 12:01 by then: its first request at
     12:01 makes no round trip and counts in the new minute; 12:00's slice goes back."""
+    monkeypatch.setattr(leases, "SPEND_FLUSH_S", 0.0)  # every flush writes the spend
     acme = _limit(engine, 10)
     clock = Clock(NOON.replace(second=59, microsecond=900_000))
     worker = spend_workers.worker(engine, clock)
@@ -250,9 +261,12 @@ def test_tokens_per_minute_count_when_settled_and_refuse_once_past(engine: Engin
     assert refused.message == "rate limit of tenant:acme reached for this minute; retry in 30 s"
 
 
-def test_the_largest_caps_fit_their_counters(engine: Engine) -> None:
+def test_the_largest_caps_fit_their_counters(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """10^9 requests and 10^15 tokens a minute (the most a limit takes): counted exactly in
     counters that hold money (Numeric(18, 9))."""
+    monkeypatch.setattr(leases, "SPEND_FLUSH_S", 0.0)  # every flush writes the spend
     acme = _limit(engine, 10**9, 10**15)
     worker = spend_workers.worker(engine, Clock())
 
