@@ -6,12 +6,15 @@ settlement run in memory; the statements the database ran while measuring are co
 (none expected). Time is ``time.process_time``: this process's CPU only, so other work on
 a shared machine does not count in it. SQLite in a temporary directory.
 
-Then what the worker pays off the request path: the CPU of one flush of its slices (every
-``FLUSH_S``) with a budget and a rate limit (three counters, each with spend to flush), and
-the statements it runs, on SQLite and, with ``--database-url``, on a scratch database of
-that Postgres server.
+Then what the worker pays off the request path, with a budget and a rate limit (three
+counters), on SQLite and, with ``--database-url``, on a scratch database of that Postgres
+server: the CPU of one flush that writes spend to all three counters, and the statements it
+runs; and, for a worker kept busy at ``--rate`` requests a second for ``--seconds``, ticking
+every ``FLUSH_S`` as the gateway does, what its ticks cost per second of serving (CPU
+milliseconds: thousandths of a core) and the transactions and statements they run.
 
     .venv/bin/python benchmarks/admission.py [--requests 100000] [--flushes 300]
+        [--rate 2000] [--seconds 5]
         [--database-url postgresql://postgres@127.0.0.1:5432/test]
 """
 
@@ -38,11 +41,13 @@ from gateway.budgets import DEFAULT_ALERTS, Period, parse_scope
 from gateway.db import spend
 from gateway.db.migrate import upgrade
 from gateway.db.session import make_engine, session_factory, transaction
+from gateway.serving import leases
 from gateway.serving.admission import Admission
 from tests.factories import Tenant, tenants
 from tests.spend.workers import context, worker
 
 SCENARIOS = ("none", "budget", "both")
+SPEND_FLUSH_S = getattr(leases, "SPEND_FLUSH_S", 0.0)  # as the gateway has it
 
 
 def measure(directory: Path, scenario: str, requests: int) -> tuple[float, int]:
@@ -75,7 +80,9 @@ def measure(directory: Path, scenario: str, requests: int) -> tuple[float, int]:
 
 def flushes(url: str, count: int) -> tuple[float, float]:
     """Median CPU milliseconds of one flush of a budget's and a rate limit's slices, each
-    with a request's spend to flush, and the statements per flush."""
+    with a request's spend to flush (due at every flush here), and the statements per
+    flush."""
+    leases.SPEND_FLUSH_S = 0.0
     engine, admission, acme = governed(url, "both")
     statements = [0]
 
@@ -99,7 +106,48 @@ def flushes(url: str, count: int) -> tuple[float, float]:
 
     times = asyncio.run(main())
     engine.dispose()
+    leases.SPEND_FLUSH_S = SPEND_FLUSH_S
     return statistics.median(times) * 1e3, statements[0] / count
+
+
+def ticking(url: str, rate: int, seconds: float) -> tuple[float, float, float]:
+    """A worker busy at ``rate`` requests a second for ``seconds`` (a budget and a rate
+    limit), ticking every ``FLUSH_S``: per second, the CPU milliseconds of its ticks, the
+    transactions and the statements they ran."""
+    engine, admission, acme = governed(url, "both")
+    statements, commits = [0], [0]
+
+    def seen(*_: object) -> None:
+        statements[0] += 1
+
+    def committed(*_: object) -> None:
+        commits[0] += 1
+
+    async def main() -> float:
+        for number in range(20):
+            await one(admission, acme, number)
+        await admission.flush()
+        event.listen(engine, "before_cursor_execute", seen)
+        event.listen(engine, "commit", committed)
+        cpu, number, per_tick = 0.0, 20, round(rate * leases.FLUSH_S)
+        ticks = round(seconds / leases.FLUSH_S)
+        begun = time.monotonic()
+        for tick in range(1, ticks + 1):
+            for _ in range(per_tick):
+                await one(admission, acme, number)
+                number += 1
+            await asyncio.sleep(max(begun + tick * leases.FLUSH_S - time.monotonic(), 0.0))
+            started = time.process_time()
+            await admission.flush()
+            cpu += time.process_time() - started
+        event.remove(engine, "before_cursor_execute", seen)
+        event.remove(engine, "commit", committed)
+        await admission.close()
+        return cpu
+
+    cpu = asyncio.run(main())
+    engine.dispose()
+    return cpu * 1e3 / seconds, commits[0] / seconds, statements[0] / seconds
 
 
 async def one(admission: Admission, tenant: Tenant, number: int) -> None:
@@ -139,6 +187,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000, help="per scenario")
     parser.add_argument("--flushes", type=int, default=300, help="flushes timed")
+    parser.add_argument("--rate", type=int, default=2000, help="a busy worker's requests/s")
+    parser.add_argument("--seconds", type=float, default=5.0, help="how long it is busy")
     parser.add_argument("--database-url", help="a Postgres server for the flushes too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvgate-admission-") as tmp:
@@ -146,15 +196,28 @@ def main() -> None:
         for scenario in SCENARIOS:
             micros, statements = measure(Path(tmp), scenario, args.requests)
             print(f"{scenario:8} | {micros:17.1f} µs | {statements}")
-        print("\nflush of a budget's and a rate limit's slices (3 counters), every FLUSH_S:")
-        urls = [("sqlite", f"sqlite:///{Path(tmp) / 'flush'}.db")]
+        print("\none flush writing spend to a budget's and a rate limit's slices (3 counters):")
+        urls = [("sqlite", *(f"sqlite:///{Path(tmp) / name}.db" for name in ("f", "t")))]
         with contextlib.ExitStack() as stack:
             if args.database_url:
-                url = stack.enter_context(scratch_database(args.database_url, "kvgate_adm_"))
-                urls.append(("postgres", url))
-            for name, url in urls:
+                scratch = (
+                    stack.enter_context(scratch_database(args.database_url, "kvgate_adm_"))
+                    for _ in range(2)
+                )
+                urls.append(("postgres", *scratch))
+            for name, url, _ in urls:
                 millis, statements = flushes(url, args.flushes)
                 print(f"{name:8} | {millis:.2f} ms CPU | {statements:.1f} statements")
+            print(
+                f"\na worker busy at {args.rate} requests/s for {args.seconds:g} s, ticking "
+                f"every {leases.FLUSH_S:g} s: its ticks, per second"
+            )
+            for name, _, url in urls:
+                millis, commits, statements = ticking(url, args.rate, args.seconds)
+                print(
+                    f"{name:8} | {millis:.2f} ms CPU | {commits:.1f} transactions | "
+                    f"{statements:.1f} statements"
+                )
 
 
 if __name__ == "__main__":

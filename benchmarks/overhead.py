@@ -6,8 +6,15 @@ The gateway is pinned alone to core 0; the replica and this load generator share
 Concurrency 1 and 32, streaming and not: p50/p99 latency, requests/s, and the latency the
 gateway adds. Afterwards every request the load generator saw complete must have its record.
 
+With ``--spend-control``, one gateway serves two tenants in the same run: ``bench``, which
+no rule names (spend control off), and ``governed``, with a budget (and, with ``both``, a
+rate limit) never reached. Each scenario alternates blocks of the two (off, governed,
+governed, off, ...), so the machine's drift falls on both alike, and prints the difference
+in added p50 and the ratio of requests per second, spend control against off.
+
     .venv/bin/python benchmarks/overhead.py [--database-url postgresql://postgres@127.0.0.1:5432/test]
     .venv/bin/python benchmarks/overhead.py --endpoints   # chat, responses, messages, embeddings
+    .venv/bin/python benchmarks/overhead.py --spend-control both   # off and governed, one run
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from gateway.db.models import RequestRow
 from gateway.db.session import normalise_url
 from tests.factories import config_file
 from tests.support.processes import (
+    Proc,
     cli_tenant,
     free_port,
     gateway_env,
@@ -55,7 +63,7 @@ BODY = {
     "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK}],
 }
 # --endpoints: the same prompt on each wire the vLLM path serves (non-streaming).
-ENDPOINTS = {
+ENDPOINTS: dict[str, dict[str, object]] = {
     "/v1/chat/completions": BODY,
     "/v1/responses": {
         "model": MODEL,
@@ -93,6 +101,15 @@ class Result:
     def rps(self) -> float:
         return len(self.latencies) / self.seconds
 
+    def __add__(self, other: Result) -> Result:
+        """Two blocks of one scenario as one."""
+        return Result(
+            self.name,
+            self.latencies + other.latencies,
+            self.seconds + other.seconds,
+            self.errors + other.errors,
+        )
+
 
 async def run(
     url: str,
@@ -128,7 +145,7 @@ async def run(
                 else:
                     errors += 1
 
-        for _ in range(min(200, requests // 10)):  # warm-up: connections, caches
+        for _ in range(warmups(requests)):  # warm-up: connections, caches
             async with session.post(url, data=payload, headers=headers) as reply:
                 if "x-request-id" in reply.headers and reply.status == 200:
                     await reply.read()
@@ -175,6 +192,99 @@ def flamegraph(pid: int, svg: Path) -> subprocess.Popen[bytes]:
 def pin(process_id: int, core: int) -> None:
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
         os.sched_setaffinity(process_id, {core})
+
+
+BLOCKS = 4  # each tenant's share of a scenario, in this many alternating blocks
+
+
+def alternate(
+    gateway: Proc,
+    path: str,
+    stream: bool,
+    concurrency: int,
+    requests: int,
+    body: dict[str, object],
+    keys: tuple[str, str],
+    request_ids: list[str],
+) -> tuple[Result, float, Result, float]:
+    """One scenario's requests, half from each key, in alternating blocks (off, governed,
+    governed, off, ...): each key's merged result and gateway CPU milliseconds per request."""
+    results: list[Result | None] = [None, None]
+    cpu = [0.0, 0.0]
+    for block in range(BLOCKS):
+        for which in (0, 1) if block % 2 == 0 else (1, 0):
+            before = own_cpu(gateway.process.pid)
+            result = asyncio.run(
+                run(
+                    gateway.url + path,
+                    keys[which],
+                    stream=stream,
+                    concurrency=concurrency,
+                    requests=requests // 2 // BLOCKS,
+                    request_ids=request_ids,
+                    body=body,
+                )
+            )
+            # Its warm-up's requests counted too: the CPU is theirs as well.
+            sent = len(result.latencies) + result.errors + warmups(requests // 2 // BLOCKS)
+            cpu[which] += (own_cpu(gateway.process.pid) - before) * 1000 / sent / BLOCKS
+            known = results[which]
+            results[which] = result if known is None else known + result
+    off, governed = results
+    assert off is not None and governed is not None
+    return off, cpu[0], governed, cpu[1]
+
+
+def report_spend(
+    compared: list[tuple[str, int, Result, Result, float, Result, float]], rules: str, width: int
+) -> None:
+    """The off and governed tenants of each scenario side by side, from the same run."""
+    print(
+        f"\nspend control ({rules}) against off: one gateway worker pinned to core 0, "
+        f"alternating blocks of each tenant's requests (CPU/req counts their warm-ups too)"
+    )
+    print(
+        f"{'mode':<{width}}{'c':>4} | {'off added p50':>14}{'req/s':>8}{'CPU/req':>9} | "
+        f"{'governed added p50':>19}{'req/s':>8}{'CPU/req':>9} | {'p50 +':>8} {'req/s':>7}"
+        f" {'errors':>6}"
+    )
+    for mode, concurrency, direct, off, off_cpu, governed, governed_cpu in compared:
+        off_added = off.p50_ms - direct.p50_ms
+        governed_added = governed.p50_ms - direct.p50_ms
+        print(
+            f"{mode:<{width}}{concurrency:>4} | {off_added:>12.3f}ms{off.rps:>8.0f}"
+            f"{off_cpu:>7.3f}ms | {governed_added:>17.3f}ms{governed.rps:>8.0f}"
+            f"{governed_cpu:>7.3f}ms | {governed_added - off_added:>+6.3f}ms "
+            f"{100 * (governed.rps / off.rps - 1):>+6.1f}% "
+            f"{direct.errors + off.errors + governed.errors:>6}"
+        )
+
+
+def report(
+    results: list[tuple[str, int, bool, Result, Result, float]], journal_sync: str, width: int
+) -> None:
+    """Each scenario direct and through the gateway."""
+    print(
+        f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
+        f" journal sync {journal_sync}"
+    )
+    print(
+        f"{'mode':<{width}}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
+        f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
+        f"{'CPU/req':>8} {'errors':>6}"
+    )
+    for mode, concurrency, _stream, direct, through, cpu_ms in results:
+        print(
+            f"{mode:<{width}}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
+            f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
+            f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
+            f"{cpu_ms:>6.2f}ms {direct.errors + through.errors:>6}"
+        )
+
+
+def warmups(requests: int) -> int:
+    """How many requests ``run`` sends before it starts timing."""
+    return min(200, requests // 10)
 
 
 def main() -> None:
@@ -231,12 +341,13 @@ def main() -> None:
         kvgate("db", "upgrade", env=env)
         kvgate("prices", "sync", env=env)
         key, _ = cli_tenant(env, "bench")
+        governed = cli_tenant(env, "governed")[0] if args.spend_control else None
         if args.spend_control:
             kvgate(
                 "budgets",
                 "set",
                 "--scope",
-                "tenant:bench",
+                "tenant:governed",
                 "--limit",
                 "1000000",
                 "--period",
@@ -248,7 +359,7 @@ def main() -> None:
                 "limits",
                 "set",
                 "--scope",
-                "tenant:bench",
+                "tenant:governed",
                 "--requests-per-minute",
                 "100000000",
                 "--tokens-per-minute",
@@ -276,8 +387,9 @@ def main() -> None:
         pin(sim.process.pid, 1)
         pin(0, 1)
         results: list[tuple[str, int, bool, Result, Result, float]] = []
+        compared: list[tuple[str, int, Result, Result, float, Result, float]] = []
         gateway_ids: list[str] = []
-        scenarios = (
+        scenarios: list[tuple[str, bool, dict[str, object]]] = (
             [(path, False, body) for path, body in ENDPOINTS.items()]
             if args.endpoints
             else [("/v1/chat/completions", stream, BODY) for stream in (False, True)]
@@ -310,23 +422,31 @@ def main() -> None:
                     if args.flamegraph is not None and concurrency == 32
                     else None
                 )
-                through = asyncio.run(
-                    run(
-                        gateway.url + path,
-                        key,
-                        stream=stream,
-                        concurrency=concurrency,
-                        requests=n,
-                        request_ids=gateway_ids,
-                        body=body,
+                if governed is not None:
+                    both = alternate(
+                        gateway, path, stream, concurrency, n, body, (key, governed), gateway_ids
                     )
-                )
-                # The gateway process alone (its writer child is reported apart).
-                cpu_ms = (own_cpu(gateway.process.pid) - own_before) * 1000 / len(through.latencies)
+                    compared.append((mode, concurrency, direct, *both))
+                else:
+                    through = asyncio.run(
+                        run(
+                            gateway.url + path,
+                            key,
+                            stream=stream,
+                            concurrency=concurrency,
+                            requests=n,
+                            request_ids=gateway_ids,
+                            body=body,
+                        )
+                    )
+                    # The gateway process alone (its writer child is reported apart).
+                    cpu_ms = (
+                        (own_cpu(gateway.process.pid) - own_before) * 1000 / len(through.latencies)
+                    )
+                    results.append((mode, concurrency, stream, direct, through, cpu_ms))
                 if profiler is not None:
                     profiler.send_signal(signal.SIGINT)  # py-spy writes the SVG on SIGINT
                     profiler.wait(timeout=60)
-                results.append((mode, concurrency, stream, direct, through, cpu_ms))
         engine = create_engine(normalise_url(database_url))
         deadline = time.monotonic() + 60
         recorded = 0
@@ -345,24 +465,11 @@ def main() -> None:
             )
         engine.dispose()
 
-        width = max(7, *(len(r[0]) + 1 for r in results))
-        print(
-            f"\nkvgate overhead, one gateway worker pinned to core 0 (replica and load on core 1),"
-            f" journal sync {args.journal_sync}"
-            + (f", spend control: {args.spend_control}" if args.spend_control else "")
-        )
-        print(
-            f"{'mode':<{width}}{'c':>4} | {'direct p50':>11}{'p99':>9}{'req/s':>9} | "
-            f"{'kvgate p50':>11}{'p99':>9}{'req/s':>9} | {'added p50':>10} "
-            f"{'CPU/req':>8} {'errors':>6}"
-        )
-        for mode, concurrency, _stream, direct, through, cpu_ms in results:
-            print(
-                f"{mode:<{width}}{concurrency:>4} | {direct.p50_ms:>9.2f}ms{direct.p99_ms:>7.2f}ms"
-                f"{direct.rps:>9.0f} | {through.p50_ms:>9.2f}ms{through.p99_ms:>7.2f}ms"
-                f"{through.rps:>9.0f} | {through.p50_ms - direct.p50_ms:>8.2f}ms "
-                f"{cpu_ms:>6.2f}ms {direct.errors + through.errors:>6}"
-            )
+        width = max(7, *(len(name) + 1 for name, *_ in results), *(len(c[0]) + 1 for c in compared))
+        if results:
+            report(results, args.journal_sync, width)
+        if compared:
+            report_spend(compared, args.spend_control or "", width)
         print(
             f"\nrequests through kvgate: {len(gateway_ids)}, records in Postgres: {recorded}, "
             f"completed requests without a record: {missing}"

@@ -265,10 +265,21 @@ class Rules:
     limits: tuple[RateLimit, ...] = ()
     # The tenants with any budget or limit: every other tenant's request is free at once.
     governed: frozenset[str] = field(init=False, default=frozenset())
+    # Each tenant's budgets; each (tenant, key)'s limits, as asked (admission asks per
+    # request; the rules are replaced, not changed, so these never go stale).
+    _budgets: dict[str, tuple[Budget, ...]] = field(init=False, repr=False, compare=False)
+    _limits: dict[tuple[str, str], tuple[RateLimit, ...]] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         tenants = {b.tenant_id for b in self.budgets} | {r.tenant_id for r in self.limits}
         object.__setattr__(self, "governed", frozenset(tenants))
+        budgets: dict[str, list[Budget]] = {}
+        for budget in self.budgets:
+            budgets.setdefault(budget.tenant_id, []).append(budget)
+        object.__setattr__(self, "_budgets", {t: tuple(b) for t, b in budgets.items()})
+        object.__setattr__(self, "_limits", {})
 
     def budgets_for(
         self,
@@ -280,19 +291,22 @@ class Rules:
         """The budgets a request of this tenant with this key, end user and tags is charged to."""
         return tuple(
             b
-            for b in self.budgets
-            if b.tenant_id == tenant_id
-            and (b.key_id is None or b.key_id == key_id)
-            and b.scope.matches(end_user, tags)
+            for b in self._budgets.get(tenant_id, ())
+            if (b.key_id is None or b.key_id == key_id) and b.scope.matches(end_user, tags)
         )
 
     def limits_for(self, tenant_id: str, key_id: str) -> tuple[RateLimit, ...]:
         """The rate limits a request of this tenant with this key counts against."""
-        return tuple(
-            r
-            for r in self.limits
-            if r.tenant_id == tenant_id and (r.key_id is None or r.key_id == key_id)
-        )
+        found = self._limits.get((tenant_id, key_id))
+        if found is None:
+            if len(self._limits) > 10_000:  # keys come and go: the index stays small
+                self._limits.clear()
+            found = self._limits[(tenant_id, key_id)] = tuple(
+                r
+                for r in self.limits
+                if r.tenant_id == tenant_id and (r.key_id is None or r.key_id == key_id)
+            )
+        return found
 
 
 def crossed(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -200,11 +200,12 @@ class Charge:
     limit: Decimal
     amount: Decimal
     period_end: datetime | None = None
+    # The counter charged: budget, subject and period start (made once: admission looks
+    # every slice up by it).
+    key: tuple[str, str, datetime] = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> tuple[str, str, datetime]:
-        """The counter charged: budget, subject and period start."""
-        return (self.budget_id, self.subject, self.period_start)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.budget_id, self.subject, self.period_start))
 
 
 def _counter(charge: Charge) -> Any:

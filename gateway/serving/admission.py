@@ -46,7 +46,7 @@ from gateway.serving.rates import (
     UNIT,
     Minutes,
     Rated,
-    minute,
+    admitted_headers,
     rate_headers,
     retry_after,
     units,
@@ -56,6 +56,7 @@ from pricing.cost import money
 
 log = logging.getLogger("kvgate.admission")
 ZERO = Decimal(0)
+INTERACTION = ScopeKind.INTERACTION
 
 
 def now() -> datetime:
@@ -122,14 +123,27 @@ def prompt_bound(ctx: Context) -> int:
     return ctx.call.body_bytes or 4 * ctx.call.prompt_chars + 1024
 
 
+_BILLED: dict[int, tuple[Deployment | ProviderDeployment, frozenset[str]]] = {}
+
+
+def billed_models(deployment: Deployment | ProviderDeployment) -> frozenset[str]:
+    """The models a deployment's requests can be billed as (found once per deployment)."""
+    known = _BILLED.get(id(deployment))
+    if known is not None and known[0] is deployment:
+        return known[1]
+    if isinstance(deployment, ProviderDeployment):
+        models = frozenset(t.bills_as for t in deployment.targets)
+    else:
+        models = frozenset({deployment.bills_as})
+    if len(_BILLED) > 10_000:  # deployments reloaded many times: start again
+        _BILLED.clear()
+    _BILLED[id(deployment)] = (deployment, models)
+    return models
+
+
 def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     """The most the request can be recorded at, with the prices in force at ``at``."""
-    deployment = ctx.deployment
-    if isinstance(deployment, ProviderDeployment):
-        models = {t.bills_as for t in deployment.targets}
-    else:
-        assert isinstance(deployment, Deployment)
-        models = {deployment.bills_as}
+    models = billed_models(ctx.deployment)
     prompt, output = prompt_bound(ctx), output_cap(ctx)
     if ctx.call.endpoint is Endpoint.COMPLETIONS and ctx.call.body.get("echo"):
         output += prompt
@@ -228,21 +242,25 @@ class Admission:
             return FREE
         at = self.clock()
         charged = self.charges(ctx, budgets, at)
-        window = minute(at)
+        window = self.minutes.minute(at)
         rate = self.minutes.rated(limits, window)
         leased: tuple[spend.Charge, ...] = ()
-        if self.lease_budgets:
-            leased = tuple(c for c, b in charged if b.scope.kind is not ScopeKind.INTERACTION)
-        exact = [c for c, _ in charged if c not in leased]
+        exact: list[spend.Charge] = []
+        if charged:
+            held = [c for c, b in charged if self.lease_budgets and b.scope.kind is not INTERACTION]
+            leased = tuple(held)
+            exact = [c for c, b in charged if c not in held]
         try:
             short, budget_short = await self._take(rate, leased, exact, ctx.request_id, at)
         except DatabaseError as exc:
             raise SpendUnavailable(
                 f"budgets and rate limits apply and cannot be checked now ({type(exc).__name__})"
             ) from exc
-        found = windows(self.leases, limits, window, short)
-        headers = rate_headers(found, window, at)
-        if short is not None:
+        if short is None:
+            headers = admitted_headers(self.leases, rate, at)
+        else:
+            found = windows(self.leases, limits, window, short)
+            headers = rate_headers(found, window, at)
             self._refused("rate_limit")
             retry = retry_after(window, at)
             scope = next(w.limit.scope for w in found if not w.admitted)

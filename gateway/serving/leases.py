@@ -88,6 +88,17 @@ class Lease:
         return max(self.limit * SHARE, self.largest * SLICE_REQUESTS)
 
 
+def _key(charge: spend.Charge) -> Key:
+    return charge.key
+
+
+def _covers(lease: Lease, amount: Decimal) -> bool:
+    """Whether the slice covers an amount. A slice with nothing left covers nothing, not
+    even a free request (a zero budget)."""
+    available = lease.held - lease.used - lease.spent
+    return available >= amount and available > 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Pending:
     """A sync under way: its slice, the event its waiters wait on, when it began, the
@@ -130,34 +141,35 @@ class Leases:
 
     async def take(self, charges: tuple[spend.Charge, ...]) -> spend.Charge | None:
         """Take every charge from its slice, or none; the first that cannot be covered."""
+        if len(charges) > 1:
+            charges = tuple(sorted(charges, key=_key))
+        now = time.monotonic()
         taken: list[spend.Charge] = []
         try:
-            for charge in sorted(charges, key=lambda c: c.key):
+            for charge in charges:
                 lease, lowered = self._lease(charge)
-                lease.last_used = time.monotonic()
-                lease.largest = max(lease.largest, charge.amount)
-                lease.waiting += 1
-                try:
-                    if lowered:  # what the slice holds may be past the new limit: resized
-                        await self.sync(charge.key, need=charge.amount, again=True)
-                    if not self._covers(lease, charge):
-                        await self.sync(charge.key, need=charge.amount)
-                finally:
-                    lease.waiting -= 1
-                if not self._covers(lease, charge):
-                    self.give_back(tuple(taken))
-                    return charge
-                lease.used += charge.amount
+                lease.last_used = now
+                amount = charge.amount
+                if amount > lease.largest:
+                    lease.largest = amount
+                if lowered or not _covers(lease, amount):  # the steady state skips this
+                    lease.waiting += 1
+                    try:
+                        if lowered:  # what the slice holds may be past the new limit: resized
+                            await self.sync(charge.key, need=amount, again=True)
+                        if not _covers(lease, amount):
+                            await self.sync(charge.key, need=amount)
+                    finally:
+                        lease.waiting -= 1
+                    if not _covers(lease, amount):
+                        self.give_back(tuple(taken))
+                        return charge
+                lease.used += amount
                 taken.append(charge)
         except BaseException:  # a sync failed (or was cancelled): nothing stays taken
             self.give_back(tuple(taken))
             raise
         return None
-
-    @staticmethod
-    def _covers(lease: Lease, charge: spend.Charge) -> bool:
-        # A slice with nothing left covers nothing, not even a free request (a zero budget).
-        return lease.available >= charge.amount and lease.available > 0
 
     def give_back(self, charges: tuple[spend.Charge, ...]) -> None:
         """Return reservations that were not used (another check refused the request)."""

@@ -85,7 +85,11 @@ class Serving:
             if isinstance(error, KvgateError):
                 error.headers.update(admitted.headers)
             raise
-        response.headers.update(admitted.headers)
+        if admitted.headers:  # names no reply sets (x-ratelimit-*), lower case: appended
+            response.raw_headers.extend(
+                (name.encode("latin-1"), value.encode("latin-1"))
+                for name, value in admitted.headers.items()
+            )
         return response
 
     async def admit(self, ctx: Context) -> Admitted:

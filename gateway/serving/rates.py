@@ -28,13 +28,13 @@ returns after its minute has ended).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gateway.budgets import RateLimit
 from gateway.db.spend import Charge, window_counters
-from gateway.serving.leases import Leases
+from gateway.serving.leases import Key, Leases
 
 MINUTE = timedelta(minutes=1)
 # The counters hold money (Numeric(18, 9) on Postgres: under 10^9), so a count is kept
@@ -73,11 +73,26 @@ class Rated:
 
     requests: tuple[Charge, ...]
     tokens: tuple[Charge, ...]
+    end: datetime  # the minute's end
+    # Every charge, to take at admission (tokens: nothing, but some must be left), in key
+    # order; and each kind of x-ratelimit-* header's counters, with their caps.
+    all: tuple[Charge, ...] = field(init=False, compare=False)
+    caps: tuple[tuple[tuple[str, str, str], tuple[tuple[Key, int], ...]], ...] = field(
+        init=False, compare=False
+    )
 
-    @property
-    def all(self) -> tuple[Charge, ...]:
-        """Every charge, to take at admission (tokens: nothing, but some must be left)."""
-        return (*self.requests, *self.tokens)
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "all", tuple(sorted((*self.requests, *self.tokens), key=lambda c: c.key))
+        )
+        caps = tuple(
+            (
+                tuple(f"x-ratelimit-{name}-{kind}" for name in ("limit", "remaining", "reset")),
+                tuple((c.key, count_of(c.limit)) for c in charges),
+            )
+            for kind, charges in (("requests", self.requests), ("tokens", self.tokens))
+        )
+        object.__setattr__(self, "caps", tuple((names, found) for names, found in caps if found))
 
 
 def rated(limits: tuple[RateLimit, ...], window: datetime) -> Rated:
@@ -93,7 +108,7 @@ def rated(limits: tuple[RateLimit, ...], window: datetime) -> Rated:
         ):
             if cap is not None:
                 into.append(Charge(name, "", window, units(cap), amount, end))
-    return Rated(tuple(requests), tuple(tokens))
+    return Rated(tuple(requests), tuple(tokens), end)
 
 
 class Minutes:
@@ -101,18 +116,44 @@ class Minutes:
 
     def __init__(self) -> None:
         self.window: datetime | None = None
+        self.end: datetime | None = None
         self.made: dict[tuple[str, ...], tuple[tuple[RateLimit, ...], Rated]] = {}
+
+    def minute(self, at: datetime) -> datetime:
+        """The start of the UTC minute ``at`` falls in (the last one's, while it lasts)."""
+        if self.window is None or self.end is None or not self.window <= at < self.end:
+            return minute(at)
+        return self.window
 
     def rated(self, limits: tuple[RateLimit, ...], window: datetime) -> Rated:
         """The charges of one request on each limit's counters of the minute ``window``."""
         if window != self.window:
             self.made.clear()
-            self.window = window
+            self.window, self.end = window, window + MINUTE
         key = tuple(limit.id for limit in limits)
         found = self.made.get(key)
         if found is None or found[0] != limits:  # a limit changed: made again
             found = self.made[key] = (limits, rated(limits, window))
         return found[1]
+
+
+def admitted_headers(leases: Leases, rate: Rated, at: datetime) -> dict[str, str]:
+    """``rate_headers`` of an admitted request (no limit refused it), from its charges'
+    slices: what the hot path asks of every request of a limited key."""
+    headers: dict[str, str] = {}
+    if not rate.caps:
+        return headers
+    reset = f"{max((rate.end - at).total_seconds(), 0.0):.3f}s"
+    for (limit_name, remaining_name, reset_name), caps in rate.caps:
+        left = limit = 0
+        for n, (key, cap) in enumerate(caps):
+            room = cap - count_of(leases.total(key))
+            if n == 0 or room < left:
+                left, limit = room, cap
+        headers[limit_name] = str(limit)
+        headers[remaining_name] = str(left) if left > 0 else "0"
+        headers[reset_name] = reset
+    return headers
 
 
 def windows(
