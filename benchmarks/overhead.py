@@ -11,6 +11,7 @@ no rule names (spend control off), and ``governed``, with a budget (and, with ``
 rate limit) never reached. Each scenario alternates blocks of the two (off, governed,
 governed, off, ...), so the machine's drift falls on both alike, and prints the difference
 in added p50 and the ratio of requests per second, spend control against off.
+``--spend-control none`` puts no rule on either: what the comparison shows then is noise.
 
     .venv/bin/python benchmarks/overhead.py [--database-url postgresql://postgres@127.0.0.1:5432/test]
     .venv/bin/python benchmarks/overhead.py --endpoints   # chat, responses, messages, embeddings
@@ -194,7 +195,7 @@ def pin(process_id: int, core: int) -> None:
         os.sched_setaffinity(process_id, {core})
 
 
-BLOCKS = 4  # each tenant's share of a scenario, in this many alternating blocks
+BLOCKS = 10  # each tenant's share of a scenario, in this many alternating blocks
 
 
 def alternate(
@@ -310,11 +311,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--spend-control",
-        choices=("budget", "both"),
+        choices=("budget", "both", "none"),
         default=None,
-        help="a budget (never reached) on the benchmark tenant, admitted from the worker's "
-        "lease; both: a rate limit (never reached) too, admitted from the worker's leases of "
-        "its minute",
+        help="a second tenant beside the benchmark's, with a budget (never reached), admitted "
+        "from the worker's lease; both: a rate limit (never reached) too, admitted from the "
+        "worker's leases of its minute; none: no rule on either (the comparison's noise floor)",
     )
     parser.add_argument(
         "--endpoints",
@@ -342,7 +343,7 @@ def main() -> None:
         kvgate("prices", "sync", env=env)
         key, _ = cli_tenant(env, "bench")
         governed = cli_tenant(env, "governed")[0] if args.spend_control else None
-        if args.spend_control:
+        if args.spend_control in ("budget", "both"):
             kvgate(
                 "budgets",
                 "set",
