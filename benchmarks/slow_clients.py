@@ -1,14 +1,16 @@
 """Normal clients' latency with and without thousands of slow connections held open.
 
-One run, this machine: `kvgate serve` in front of an instant `kvgate sim`. First the normal
-load alone (chat completions from a separate process, at a fixed concurrency), then the
-same load while this process holds ``--slow`` connections that never finish their request
-(a head trickled a byte every half second, a head of 30 KiB left unterminated, a body
-shorter than its Content-Length), opening a new one whenever the gateway cuts one, so
-that all of them stay open for the whole measurement. Prints p50/p99 of each, how many
-slow connections the gateway cut and how, and the gateway's memory.
+One run, this machine: `kvgate serve` in front of an instant `kvgate sim`. The normal load
+(chat completions from a separate process, at a fixed concurrency) runs alone, then while
+this process holds ``--slow`` connections that never finish their request (a head
+trickled a byte every half second, a head of 30 KiB left unterminated, a body shorter than
+its Content-Length), opening a new one whenever the gateway cuts one, so that all of them
+stay open for the whole phase; ``--rounds`` times, alternately, so that the machine's
+drift falls on both alike. Prints each phase's p50/p99, both conditions' over all rounds
+and their ratio (with against alone), how many slow connections the gateway cut and how,
+and the gateway's memory.
 
-    .venv/bin/python benchmarks/slow_clients.py [--slow 2000] [--seconds 25]
+    .venv/bin/python benchmarks/slow_clients.py [--slow 2000] [--seconds 25] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.overhead import own_cpu
 from tests.faults.conftest import MODEL, make_stack
 from tests.faults.probes import rss_kib
 
@@ -81,7 +84,9 @@ def head(key: str, extra: str) -> bytes:
     ).encode()
 
 
-async def hold(host: str, port: int, key: str, kind: int, stop: asyncio.Event, cut: Counter[str]):
+async def hold(
+    host: str, port: int, key: str, kind: int, stop: asyncio.Event, cut: Counter[str]
+) -> None:
     """One slow connection, opened again each time the gateway cuts it, until ``stop``."""
     while not stop.is_set():
         try:
@@ -115,12 +120,17 @@ async def hold(host: str, port: int, key: str, kind: int, stop: asyncio.Event, c
         writer.close()
 
 
-def figures(name: str, latencies: list[float], errors: int) -> str:
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    """p50 and p99, in milliseconds."""
     ordered = sorted(latencies)
-    p50 = statistics.median(ordered) * 1000
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return statistics.median(ordered) * 1000, p99 * 1000
+
+
+def figures(name: str, latencies: list[float], errors: int) -> str:
+    p50, p99 = percentiles(latencies)
     return (
-        f"{name:<32} {len(ordered):>6} req  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  errors {errors}"
+        f"{name:<40} {len(latencies):>6} req  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  errors {errors}"
     )
 
 
@@ -135,10 +145,19 @@ def main() -> None:
         " the gateway cuts every slow connection at least twice meanwhile",
     )
     parser.add_argument("--concurrency", type=int, default=8, help="normal clients at once")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alone, then with them, this many times"
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.slow + 1024)), hard))
 
+    phases: list[tuple[str, list[float], int]] = []
+    cut: Counter[str] = Counter()
+    held_s = 0.0
+    cpu = {"alone": 0.0, "with": 0.0, "holder": 0.0}  # CPU seconds
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
         stack = make_stack(tmp, f"sqlite:///{tmp / 'kvgate.db'}", replicas=1)
@@ -148,10 +167,9 @@ def main() -> None:
             host, port = stack.url.removeprefix("http://").split(":")
             normal_load(stack.url, stack.key, 1.0, args.concurrency)  # warm-up
             rss_before = rss_kib(pid)
-            alone = normal_load(stack.url, stack.key, args.seconds, args.concurrency)
 
-            async def under_siege() -> tuple[tuple[list[float], int], Counter[str], int]:
-                stop, cut = asyncio.Event(), Counter[str]()
+            async def under_siege() -> tuple[tuple[list[float], int], int]:
+                stop = asyncio.Event()
                 slow = [
                     asyncio.ensure_future(hold(host, int(port), stack.key, i % 3, stop, cut))
                     for i in range(args.slow)
@@ -163,17 +181,47 @@ def main() -> None:
                 )
                 stop.set()
                 await asyncio.gather(*slow)
-                return loaded, cut, rss_held
+                return loaded, rss_held
 
-            started = time.monotonic()
-            loaded, cut, rss_held = asyncio.run(under_siege())
-            held_s = time.monotonic() - started
+            for number in range(1, args.rounds + 1):
+                before = own_cpu(pid)
+                alone = normal_load(stack.url, stack.key, args.seconds, args.concurrency)
+                cpu["alone"] += own_cpu(pid) - before
+                phases.append((f"alone ({number})", *alone))
+                started, before, mine = time.monotonic(), own_cpu(pid), time.process_time()
+                loaded, rss_held = asyncio.run(under_siege())
+                held_s += time.monotonic() - started
+                cpu["with"] += own_cpu(pid) - before
+                cpu["holder"] += time.process_time() - mine
+                phases.append((f"with {args.slow} slow connections ({number})", *loaded))
         finally:
             stack.close()
 
-    print(f"kvgate serve, an instant sim, {args.concurrency} normal clients")
-    print(figures("alone", *alone))
-    print(figures(f"with {args.slow} slow connections", *loaded))
+    print(f"kvgate serve, an instant sim, {args.concurrency} normal clients, alternately")
+    for name, latencies, errors in phases:
+        print(figures(name, latencies, errors))
+    merged = {
+        kind: (
+            [x for name, latencies, _ in phases if name.startswith(kind) for x in latencies],
+            sum(errors for name, _, errors in phases if name.startswith(kind)),
+        )
+        for kind in ("alone", "with")
+    }
+    print(figures("alone, all rounds", *merged["alone"]))
+    print(figures(f"with {args.slow} slow connections, all rounds", *merged["with"]))
+    (alone_p50, alone_p99), (with_p50, with_p99) = (
+        percentiles(merged[kind][0]) for kind in ("alone", "with")
+    )
+    print(
+        f"with them against alone: p50 {with_p50 / alone_p50:.2f}x, p99 "
+        f"{with_p99 / alone_p99:.2f}x (p99 {with_p99 - alone_p99:+.2f} ms)"
+    )
+    print(
+        "gateway CPU per normal request (the slow connections' share included): alone "
+        f"{cpu['alone'] * 1000 / len(merged['alone'][0]):.3f} ms, with them "
+        f"{cpu['with'] * 1000 / len(merged['with'][0]):.3f} ms; this script's own CPU "
+        f"while it held them (on the same cores): {cpu['holder']:.1f} s of {held_s:.1f} s"
+    )
     print(
         f"slow connections held for {held_s:.1f} s; the gateway's answers to them: "
         + (", ".join(f"{answer!r} {n}" for answer, n in cut.most_common()) or "none yet")
