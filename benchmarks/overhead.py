@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -398,17 +399,11 @@ def main() -> None:
         for path, stream, body in scenarios:
             for concurrency in (1, 32):
                 n = args.requests if concurrency == 1 else args.requests * 2
-                direct = asyncio.run(
-                    run(
-                        sim.url + path,
-                        key,
-                        stream=stream,
-                        concurrency=concurrency,
-                        requests=n,
-                        request_ids=[],
-                        body=body,
-                    )
+                # The scenario's load, to a URL with a key (its request ids kept in a list).
+                load = functools.partial(
+                    run, stream=stream, concurrency=concurrency, requests=n, body=body
                 )
+                direct = asyncio.run(load(sim.url + path, key, request_ids=[]))
                 own_before = own_cpu(gateway.process.pid)
                 mode = (
                     path.removeprefix("/v1/")
@@ -429,17 +424,7 @@ def main() -> None:
                     )
                     compared.append((mode, concurrency, direct, *both))
                 else:
-                    through = asyncio.run(
-                        run(
-                            gateway.url + path,
-                            key,
-                            stream=stream,
-                            concurrency=concurrency,
-                            requests=n,
-                            request_ids=gateway_ids,
-                            body=body,
-                        )
-                    )
+                    through = asyncio.run(load(gateway.url + path, key, request_ids=gateway_ids))
                     # The gateway process alone (its writer child is reported apart).
                     cpu_ms = (
                         (own_cpu(gateway.process.pid) - own_before) * 1000 / len(through.latencies)

@@ -244,12 +244,12 @@ class Admission:
         charged = self.charges(ctx, budgets, at)
         window = self.minutes.minute(at)
         rate = self.minutes.rated(limits, window)
-        leased: tuple[spend.Charge, ...] = ()
-        exact: list[spend.Charge] = []
-        if charged:
-            held = [c for c, b in charged if self.lease_budgets and b.scope.kind is not INTERACTION]
-            leased = tuple(held)
-            exact = [c for c, b in charged if c not in held]
+        held: list[spend.Charge] = []  # from this worker's slices
+        exact: list[spend.Charge] = []  # in the database, per request
+        for charge, budget in charged:
+            slices = self.lease_budgets and budget.scope.kind is not INTERACTION
+            (held if slices else exact).append(charge)
+        leased = tuple(held)
         try:
             short, budget_short = await self._take(rate, leased, exact, ctx.request_id, at)
         except DatabaseError as exc:
