@@ -22,6 +22,7 @@ import httpx
 import openai
 import uvicorn
 from aiohttp import web
+from fastapi import FastAPI
 from sqlalchemy import Engine, select
 from starlette.types import ASGIApp
 
@@ -119,6 +120,7 @@ class Gateway:
     url: str
     settings: Settings
     engine: Engine  # the test's own connection to the gateway's database
+    app: FastAPI  # its state holds what the lifespan built (the gateway's own engine, ...)
 
     def client(self, key: str) -> openai.AsyncOpenAI:
         """The official client, pointed at this gateway (no retries of its own)."""
@@ -170,6 +172,6 @@ async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
         # The lifespan is entered here rather than by uvicorn, so that a failure to start
         # is raised in the test instead of logged by the server.
         async with app.router.lifespan_context(app), serving_asgi(app) as url:
-            yield Gateway(url=url, settings=settings, engine=engine)
+            yield Gateway(url=url, settings=settings, engine=engine, app=app)
     finally:
         engine.dispose()
