@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.overhead import own_cpu
+from benchmarks.sidebyside import GATEWAY_CORE, LOAD_CORE, on_core
 from tests.faults.conftest import MODEL, make_stack
 from tests.faults.probes import rss_kib
 
@@ -40,35 +44,54 @@ BODY = json.dumps(
 LOAD = """
 import asyncio, json, sys, time
 import aiohttp
-url, key, seconds, concurrency = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+url, key = sys.argv[1:3]
+seconds, concurrency, rate = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 body = sys.stdin.buffer.read()
 latencies, errors = [], 0
-async def main():
+headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+path = url + "/v1/chat/completions"
+async def one(session, since):
     global errors
-    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-    async with aiohttp.ClientSession() as session:
-        until = time.perf_counter() + seconds
-        async def client():
-            global errors
-            while time.perf_counter() < until:
-                started = time.perf_counter()
-                path = url + "/v1/chat/completions"
-                async with session.post(path, data=body, headers=headers) as r:
-                    await r.read()
-                    if r.status != 200:
-                        errors += 1
-                latencies.append(time.perf_counter() - started)
-        await asyncio.gather(*(client() for _ in range(concurrency)))
+    async with session.post(path, data=body, headers=headers) as r:
+        await r.read()
+        if r.status != 200:
+            errors += 1
+    latencies.append(time.perf_counter() - since)
+async def closed(session):
+    until = time.perf_counter() + seconds
+    async def client():
+        while time.perf_counter() < until:
+            await one(session, time.perf_counter())
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+async def opened(session):
+    # Open loop: request i is due at start + i / rate, sent then whatever came back, and
+    # timed from when it was due (a stall delays the requests behind it: they count it).
+    start, sent, tasks = time.perf_counter(), 0, []
+    while sent < seconds * rate:
+        due = start + sent / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(session, due)))
+        sent += 1
+    await asyncio.gather(*tasks)
+async def main():
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await (opened(session) if rate > 0 else closed(session))
 asyncio.run(main())
 print(json.dumps({"latencies": latencies, "errors": errors}))
 """
 
 
-def normal_load(url: str, key: str, seconds: float, concurrency: int) -> tuple[list[float], int]:
+def normal_load(
+    url: str, key: str, seconds: float, concurrency: int, rate: float = 0.0
+) -> tuple[list[float], int]:
     """The normal clients, in their own process (so this one's slow connections cost them
-    nothing on the client side)."""
+    nothing on the client side): ``concurrency`` back to back, or with ``rate`` that many
+    requests a second whatever the answers' pace."""
     done = subprocess.run(
-        [sys.executable, "-c", LOAD, url, key, str(seconds), str(concurrency)],
+        [sys.executable, "-c", LOAD, url, key, str(seconds), str(concurrency), str(rate)],
         input=BODY,
         capture_output=True,
         check=True,
@@ -146,7 +169,22 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", type=int, default=8, help="normal clients at once")
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="normal requests a second, sent open loop whatever the answers' pace (0: the"
+        " --concurrency clients back to back, which keeps the gateway's core saturated)",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=2, help="alone, then with them, this many times"
+    )
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="leave the gateway on any core (by default it has core 0 to itself, and the"
+        " sim, the normal load and this script's slow connections share core 1, as a"
+        " gateway and its attackers would not share a machine)",
     )
     args = parser.parse_args()
     if args.rounds < 1:
@@ -160,11 +198,19 @@ def main() -> None:
     cpu = {"alone": 0.0, "with": 0.0, "holder": 0.0}  # CPU seconds
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
-        stack = make_stack(tmp, f"sqlite:///{tmp / 'kvgate.db'}", replicas=1)
+        pin = args.pin and len(os.sched_getaffinity(0)) > 1
+        if pin:
+            os.sched_setaffinity(0, {LOAD_CORE})  # inherited by all this starts...
+        stack = make_stack(tmp, f"sqlite:///{tmp / 'kvgate.db'}", replicas=1, start=False)
         try:
+            with on_core(GATEWAY_CORE) if pin else contextlib.nullcontext():
+                stack.start_gateway()  # ...but the gateway, its threads and children
             assert stack.gateway is not None
             pid = stack.gateway.process.pid
             host, port = stack.url.removeprefix("http://").split(":")
+            load = functools.partial(
+                normal_load, stack.url, stack.key, args.seconds, args.concurrency, args.rate
+            )
             normal_load(stack.url, stack.key, 1.0, args.concurrency)  # warm-up
             rss_before = rss_kib(pid)
 
@@ -176,16 +222,14 @@ def main() -> None:
                 ]
                 await asyncio.sleep(3)  # all open
                 rss_held = rss_kib(pid)
-                loaded = await asyncio.to_thread(
-                    normal_load, stack.url, stack.key, args.seconds, args.concurrency
-                )
+                loaded = await asyncio.to_thread(load)
                 stop.set()
                 await asyncio.gather(*slow)
                 return loaded, rss_held
 
             for number in range(1, args.rounds + 1):
                 before = own_cpu(pid)
-                alone = normal_load(stack.url, stack.key, args.seconds, args.concurrency)
+                alone = load()
                 cpu["alone"] += own_cpu(pid) - before
                 phases.append((f"alone ({number})", *alone))
                 started, before, mine = time.monotonic(), own_cpu(pid), time.process_time()
@@ -197,7 +241,9 @@ def main() -> None:
         finally:
             stack.close()
 
-    print(f"kvgate serve, an instant sim, {args.concurrency} normal clients, alternately")
+    clients = f"{args.rate:g} requests/s open loop" if args.rate else f"{args.concurrency} clients"
+    where = "the gateway alone on core 0" if pin else "no cores pinned"
+    print(f"kvgate serve, an instant sim, normal load {clients}, alternately; {where}")
     for name, latencies, errors in phases:
         print(figures(name, latencies, errors))
     merged = {
@@ -216,6 +262,12 @@ def main() -> None:
         f"with them against alone: p50 {with_p50 / alone_p50:.2f}x, p99 "
         f"{with_p99 / alone_p99:.2f}x (p99 {with_p99 - alone_p99:+.2f} ms)"
     )
+    if args.rounds > 1:  # the noise floor: the same condition, odd rounds against even ones
+        alones = [latencies for name, latencies, _ in phases if name.startswith("alone")]
+        odd, even = (
+            percentiles([x for lat in alones[parity::2] for x in lat]) for parity in (0, 1)
+        )
+        print(f"alone against alone (odd rounds / even): p99 {odd[1] / even[1]:.2f}x")
     print(
         "gateway CPU per normal request (the slow connections' share included): alone "
         f"{cpu['alone'] * 1000 / len(merged['alone'][0]):.3f} ms, with them "
