@@ -9,12 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.accounting.records import Record
+from gateway.db.models import FINISH_REASON_CHARS, SERVICE_TIER_CHARS
 from gateway.db.session import Engine
 from gateway.db.writer import insert_requests
 
+REPLACEMENT = "\ufffd"
+
+
+def fitted(text: str | None, limit: int | None = None) -> str | None:
+    """Free text as a column can hold it on every database: a NUL (which Postgres refuses in
+    text, and so would refuse the whole row) becomes U+FFFD, and text past ``limit``
+    characters is cut to it, its last character an ellipsis."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return text
+
 
 def record_row(record: Record) -> dict[str, Any]:
-    """The database row of a record."""
+    """The database row of a record (the free text that came from an upstream or a prompt
+    ``fitted`` to its column: a row the database refuses would be a record lost)."""
     usage, cost, ceiling = record.usage, record.cost, record.stored_ceiling
     return {
         "request_id": record.request_id,
@@ -32,15 +49,15 @@ def record_row(record: Record) -> dict[str, Any]:
         "first_token_at": record.first_token_at,
         "ended_at": record.ended_at,
         "status": record.status.value,
-        "finish_reason": record.finish_reason,
-        "error": record.error,
+        "finish_reason": fitted(record.finish_reason, FINISH_REASON_CHARS),
+        "error": fitted(record.error),
         "uncached_tokens": usage.uncached_tokens,
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
         "output_tokens": usage.output_tokens,
         "usage_source": usage.source.value,
         "cache_write_1h_tokens": usage.cache_write_1h_tokens,
-        "service_tier": record.extra.get("service_tier"),
+        "service_tier": fitted(record.extra.get("service_tier"), SERVICE_TIER_CHARS),
         "predicted_cached_tokens": record.predicted_cached_tokens,
         "ceiling_cached_tokens": ceiling,
         "ceiling_exact": record.ceiling_exact if ceiling is not None else None,
@@ -57,7 +74,7 @@ def record_row(record: Record) -> dict[str, Any]:
         "break_tokens": record.break_tokens,
         "lost_tokens": record.lost_tokens,
         "break_early": record.break_early,
-        "break_context": record.break_context,
+        "break_context": fitted(record.break_context),
         "end_user": record.end_user,
         "tags": record.tags or None,
     }

@@ -32,6 +32,13 @@ from gateway.db import sums
 
 NANOS = Decimal(1_000_000_000)
 NANO = Decimal("0.000000001")
+# A request's token count of one class: 64-bit (0018; Postgres's integer stops at 2**31 - 1,
+# and a record the database refuses is a record lost); SQLite's INTEGER is 64-bit already.
+TOKENS = BigInteger().with_variant(Integer(), "sqlite")
+# Characters of the free text an upstream sends that a request's row keeps (longer is cut:
+# gateway/accounting/store.py).
+FINISH_REASON_CHARS = 50
+SERVICE_TIER_CHARS = 32
 MAX_END_USER = 256  # characters of an end-user id (gateway/api/attribution.py)
 # A tag key as stored in ``requests.tags`` and read back by JSON path (SQLite's
 # '$."key"'): 1 to 64 characters, none of them '=', ',', '"' or a backslash.
@@ -211,28 +218,28 @@ class RequestRow(Base):
     first_token_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     ended_at: Mapped[datetime] = mapped_column(UTCDateTime())
     status: Mapped[str] = mapped_column(String(16))
-    finish_reason: Mapped[str | None] = mapped_column(String(50), default=None)
+    finish_reason: Mapped[str | None] = mapped_column(String(FINISH_REASON_CHARS), default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
-    uncached_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    uncached_tokens: Mapped[int] = mapped_column(TOKENS, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(TOKENS, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(TOKENS, default=0)
+    output_tokens: Mapped[int] = mapped_column(TOKENS, default=0)
     usage_source: Mapped[str] = mapped_column(String(16), default="reported")
     # The part of cache_write_tokens written for an hour, and the tier the provider served:
     # with the price id they say which rates the stored costs were computed with.
-    cache_write_1h_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    service_tier: Mapped[str | None] = mapped_column(String(32), default=None)
-    predicted_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    cache_write_1h_tokens: Mapped[int] = mapped_column(TOKENS, default=0)
+    service_tier: Mapped[str | None] = mapped_column(String(SERVICE_TIER_CHARS), default=None)
+    predicted_cached_tokens: Mapped[int | None] = mapped_column(TOKENS, default=None)
     # At least cache_read_tokens (``Record.stored_ceiling``), so efficiency <= 100 %.
-    ceiling_cached_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    ceiling_cached_tokens: Mapped[int | None] = mapped_column(TOKENS, default=None)
     # Whether prediction and ceiling were counted in the replica's tokens (False: estimated
     # from character blocks, the router having no tokenizer); NULL with no ceiling, or
     # recorded before kvgate kept it.
     ceiling_exact: Mapped[bool | None] = mapped_column(Boolean, default=None)
     # Of cache_read_tokens, those the replica served from host memory and from disk (the
     # rest came from GPU memory); NULL where the replica does not report tiers.
-    cache_read_host_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
-    cache_read_disk_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    cache_read_host_tokens: Mapped[int | None] = mapped_column(TOKENS, default=None)
+    cache_read_disk_tokens: Mapped[int | None] = mapped_column(TOKENS, default=None)
     price_id: Mapped[str | None] = mapped_column(String(300), default=None)
     # The entry's rate set the costs were computed with: standard, long_context or a tier
     # (None: recorded before kvgate kept it; such rows were priced by their service tier).
@@ -246,8 +253,8 @@ class RequestRow(Base):
     # Prefix breakers (added by 0010): where the prompt's block chain first left the
     # interaction's previous request's (token offset), the tokens of it not reused, whether
     # that was early; the text around it (JSON) for tenants that opted in. NULL: no break.
-    break_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
-    lost_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    break_tokens: Mapped[int | None] = mapped_column(TOKENS, default=None)
+    lost_tokens: Mapped[int | None] = mapped_column(TOKENS, default=None)
     break_early: Mapped[bool | None] = mapped_column(Boolean, default=None)
     break_context: Mapped[str | None] = mapped_column(Text, default=None)
     # Cost attribution (added by 0011): the end user the client named (OpenAI's ``user``)

@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import StatementError
 
-from gateway.accounting.store import record_row
+from gateway.accounting.store import insert_records, record_row
 from gateway.db.models import RequestRow, UsageHourRow
 from gateway.db.session import make_engine
 from gateway.db.writer import bulk
+from gateway.usage import Usage
 from tests.factories import record
 
 REQUESTS = RequestRow.__table__
@@ -127,3 +128,28 @@ def test_a_naive_moment_is_refused(database_url: str) -> None:
     with refused, engine.begin() as connection:
         bulk.insert_rows(connection, REQUESTS, [row], conflict=["request_id"])
     engine.dispose()
+
+
+def test_free_text_and_counts_no_column_held_are_written_as_near_as_they_can_be(
+    database_url: str,
+) -> None:
+    """A record whose upstream said a NUL (Postgres refuses one in text, so the row) and a
+    finish reason and service tier longer than their columns, with 3,000,000,000 prompt
+    tokens (past Postgres's integer), is written: the text fitted, the counts exact."""
+    said = record(
+        "req_free",
+        usage=Usage(3_000_000_000, 0, 0, 2_500_000_000),
+        service_tier="t" * 40,
+        finish_reason="a\x00" + "b" * 60,
+        error="upstream said \x00",
+        break_context="before \x00 after",
+    )
+    engine = make_engine(database_url)
+    insert_records(engine, [said])
+    with engine.connect() as connection:
+        (row,) = connection.execute(select(RequestRow))
+    assert (row.uncached_tokens, row.output_tokens) == (3_000_000_000, 2_500_000_000)
+    assert row.finish_reason == "a\ufffd" + "b" * 47 + "\u2026"
+    assert row.service_tier == "t" * 31 + "\u2026"
+    assert (row.error, row.break_context) == ("upstream said \ufffd", "before \ufffd after")
+    assert row.cost_total == said.cost.total

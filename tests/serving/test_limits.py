@@ -1,10 +1,10 @@
-"""Where the request path falls short today, written as the behaviour it owes: each test
-is marked xfail (strict: it fails the suite the day it passes, so that the mark goes) with
-what happens instead. Found with the in-process harness.
+"""What an upstream may say that a database column cannot hold, and where the request path
+falls short today (written as the behaviour it owes, marked xfail: strict, so that it fails
+the suite the day it passes and the mark goes). Found with the in-process harness.
 
-The two Postgres ones are records the database refuses: RELIABILITY.md's writer sets such
-a record aside (it is not lost from disk, and the rest are written), but the client was
-answered and billed for a request that no statement will show, and SQLite keeps it.
+A record the database refuses is set aside by the writer (RELIABILITY.md), but the client
+was answered and billed for a request that no statement would show: every value an
+upstream sends is recorded on both databases, as exactly as a column can hold it.
 """
 
 from __future__ import annotations
@@ -14,20 +14,10 @@ import pytest
 from tests.serving.conftest import CHAT, D, Harness, attempt, chat, facts, hang_up_once_sent
 from tests.support.upstream import Answer, Hang, completion, vllm_usage
 
-REJECTED = "the row is refused by Postgres and set aside under <journal>/rejected/"
 
-
-def a_gap_on_postgres(request: pytest.FixtureRequest, harness: Harness, reason: str) -> None:
-    if harness.database_url.startswith("postgresql"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
-async def test_a_count_past_32_bits_is_recorded(
-    harness: Harness, request: pytest.FixtureRequest
-) -> None:
+async def test_a_count_past_32_bits_is_recorded(harness: Harness) -> None:
     """A replica that reports 3,000,000,000 prompt tokens is billed for them: the record
-    says so in the database, as the client's answer did."""
-    a_gap_on_postgres(request, harness, f"token columns are 32-bit integers: {REJECTED}")
+    says so in the database, as the client's answer did (Postgres: bigint columns, 0018)."""
     _, url = await harness.scripted(Answer(completion(usage=vllm_usage(3_000_000_000, 20))))
     gateway = await harness.one(url)
     async with gateway.http(harness.tenant.key) as http:
@@ -40,18 +30,32 @@ async def test_a_count_past_32_bits_is_recorded(
     ]
 
 
-async def test_a_finish_reason_with_a_nul_is_recorded(
-    harness: Harness, request: pytest.FixtureRequest
+@pytest.mark.parametrize(
+    ("said", "recorded"),
+    [
+        ("st\x00op", "st\ufffdop"),  # Postgres refuses a NUL in text: U+FFFD in its place
+        ("x" * 51, "x" * 49 + "\u2026"),  # the column holds 50 characters
+        ("length", "length"),
+    ],
+)
+async def test_a_finish_reason_no_column_holds_is_recorded_as_near_as_it_can(
+    harness: Harness, said: str, recorded: str
 ) -> None:
-    a_gap_on_postgres(request, harness, f"Postgres text holds no NUL: {REJECTED}")
-    body = completion(finish="st\x00op", usage=vllm_usage(10, 2))
+    """The answer passes the upstream's finish reason on as it was; the record keeps it
+    without NUL and within its column, the same on both databases, at the same cost."""
+    body = completion(finish=said, usage=vllm_usage(10, 2))
     _, url = await harness.scripted(Answer(body))
     gateway = await harness.one(url)
     async with gateway.http(harness.tenant.key) as http:
         reply = await http.post(CHAT, json=chat())
+    assert reply.json()["choices"][0]["finish_reason"] == said
     rid = reply.headers["x-request-id"]
     [row] = await gateway.attempts(rid)
-    assert (row.status, row.finish_reason) == ("completed", "st\x00op")
+    assert (row.status, row.finish_reason, row.cost_total) == (
+        "completed",
+        recorded,
+        D("0.000060000"),  # 10 × 3 + 2 × 15 per million
+    )
 
 
 @pytest.mark.xfail(
