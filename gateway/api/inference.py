@@ -13,6 +13,7 @@ as everywhere else.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -28,6 +29,7 @@ from gateway.api.response_ids import ResponseIds
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
+from gateway.server.connections import LEAVING
 from gateway.serving.calls import served
 from gateway.serving.context import Context
 
@@ -37,6 +39,7 @@ log = logging.getLogger("kvgate.inference")
 # Anthropic's headers that say which version and betas of its wire the client speaks:
 # passed on as they came to a hosted Anthropic target (vLLM answers in one version).
 WIRE_HEADERS = ("anthropic-version", "anthropic-beta")
+LEFT = "kvgate.left"  # in the scope: the handler was cancelled because its client went
 
 
 class ClientGone(Exception):
@@ -95,7 +98,28 @@ async def _inference(endpoint: Endpoint, request: Request) -> Response:
 async def _serve(request: Request, principal: Principal, call: Call) -> Response:
     state = request.app.state
     deployment = look_up(state.deployments, call.model)
-    return await state.serving.serve(context_of(request, principal, deployment, call))  # type: ignore[no-any-return]
+    ctx = context_of(request, principal, deployment, call)
+    if deployment.backend != "vllm":
+        # A provider bills what it generates whether or not anyone reads it: let it answer,
+        # so that the record says what the provider's invoice will.
+        return await state.serving.serve(ctx)  # type: ignore[no-any-return]
+    # A replica's work is ours: a client that goes before its answer stops it (the server
+    # calls LEAVING; the attempt is recorded cancelled). A stream, once it flows, watches
+    # for itself (serving/streaming.py).
+    scope = request.scope
+    scope[LEAVING] = partial(_left, scope, asyncio.current_task())
+    try:
+        return await state.serving.serve(ctx)  # type: ignore[no-any-return]
+    finally:
+        del scope[LEAVING]
+
+
+def _left(scope: Scope, task: asyncio.Task[Any] | None) -> None:
+    """The client went before its answer was whole: stop the handler's work (``serve``
+    then ends quietly)."""
+    if task is not None and not task.done():
+        scope[LEFT] = True
+        task.cancel()
 
 
 async def _responses(request: Request, principal: Principal, call: Call) -> Response:
@@ -238,6 +262,14 @@ async def serve(
         response = await handler(Request(scope, receive))
         await response(scope, receive, send_with_id)
     except ClientGone:
+        return
+    except asyncio.CancelledError:
+        if not scope.get(LEFT):
+            raise
+        # Cancelled by _left: the attempt is on record; there is no one left to answer.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
         return
     except Exception as exc:
         if started:  # a stream already under way: nothing more can be said on it

@@ -20,6 +20,11 @@ most), so that a reset never drops the answer in flight. The cost
 on the hot path is one timer per connection (armed when it opens, cancelled when it
 closes) and, per request, two comparisons and a clock read: a request that arrives in
 one read, as almost all do, arms no timer of its own.
+
+A client that goes away while its request is being answered is told to the app: a
+handler that wants to know puts a callable in its scope under ``LEAVING`` (the vLLM path
+does, to stop the replica's work on a whole answer nobody will read), and the connection's
+loss calls it. Nothing is watched otherwise: no task, no timer per request.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +45,9 @@ from gateway.errors import error_body
 
 log = logging.getLogger("kvgate.connections")
 
+# The scope key of what to call when the client goes before its answer is complete
+# (gateway/api/inference.py sets it).
+LEAVING = "kvgate.leaving"
 TALLY_WINDOW_S = 10.0
 REFUSED_LINGER_S = 1.0  # how long an over-the-cap connection may take to send its first bytes
 
@@ -174,12 +183,18 @@ class GuardedProtocol(HttpToolsProtocol):
         self._watch()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Cancel the deadline timer; a served connection's loss goes on to uvicorn."""
+        """Cancel the deadline timer; a served connection's loss goes on to uvicorn, and to
+        the handler of an answer still under way that asked to know (``LEAVING``)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._refusing:
             return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            leaving: Callable[[], None] | None = cycle.scope.get(LEAVING)  # type: ignore[assignment]
+            if leaving is not None:
+                leaving()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

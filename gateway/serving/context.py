@@ -83,6 +83,16 @@ class Outcome:
         return cls(status=Status.FAILED, usage=Usage.missing(), error=error)
 
     @classmethod
+    def left(cls, prompt_chars: int) -> Outcome:
+        """A client that went before any answer: its prompt estimated, as a stream cut before
+        its first token is (the replica had it, and may have prefilled it)."""
+        return cls(
+            status=Status.CANCELLED,
+            usage=Usage.estimated(prompt_chars, 0),
+            error="client disconnected",
+        )
+
+    @classmethod
     def refused(cls, error: str) -> Outcome:
         """A request turned away at admission (budget, rate limit): nothing to bill."""
         return cls(status=Status.REFUSED, usage=Usage.missing(), error=error)

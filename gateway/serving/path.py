@@ -144,6 +144,18 @@ class Serving:
                 raise none.error from None
             try:
                 result = await call(ctx, plan, attempt)
+            except asyncio.CancelledError:
+                # The client went (gateway/api/inference.py's _left), or the gateway is
+                # stopping: the call is closed, which stops the replica's work, and the
+                # attempt is on record (kept from a task: awaiting is no longer safe here).
+                backend.release(attempt)
+                if ctx.call.endpoint.billed:
+                    record = record_of(
+                        self.ledger, ctx, attempt, Outcome.left(ctx.call.prompt_chars)
+                    )
+                    self.ledger.keep_later(record)
+                    admitted.add(record)
+                raise
             except KvgateError as error:
                 backend.release(attempt)
                 await self.keep(ctx, attempt, Outcome.failed(error.message), admitted=admitted)

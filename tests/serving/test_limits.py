@@ -1,6 +1,6 @@
-"""What an upstream may say that a database column cannot hold, and where the request path
-falls short today (written as the behaviour it owes, marked xfail: strict, so that it fails
-the suite the day it passes and the mark goes). Found with the in-process harness.
+"""What an upstream may say that a database column cannot hold, and a client that leaves a
+whole answer: the edges where the request path once fell short (each was a strict xfail
+here until fixed). Found with the in-process harness.
 
 A record the database refuses is set aside by the writer (RELIABILITY.md), but the client
 was answered and billed for a request that no statement would show: every value an
@@ -9,10 +9,15 @@ upstream sends is recorded on both databases, as exactly as a column can hold it
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.serving.conftest import CHAT, D, Harness, attempt, chat, facts, hang_up_once_sent
 from tests.support.upstream import Answer, Hang, completion, vllm_usage
+
+# MESSAGES' prompt as the gateway estimates it: a token per four characters.
+ESTIMATED_PROMPT = 7
 
 
 async def test_a_count_past_32_bits_is_recorded(harness: Harness) -> None:
@@ -58,18 +63,26 @@ async def test_a_finish_reason_no_column_holds_is_recorded_as_near_as_it_can(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="only streams watch for the client leaving: a whole answer's upstream call "
-    "runs on until the replica answers or the deployment's timeout (600 s by default), "
-    "and is recorded as its upstream outcome, not as cancelled",
-)
 async def test_a_client_leaving_a_whole_answer_cancels_the_replicas_work(
-    harness: Harness,
+    harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A client that hangs up while a replica works on its whole (non-streamed) answer:
+    the replica's request is cancelled at once (not left to run until it answers or the
+    deployment's timeout), the attempt is recorded cancelled with its prompt estimated, as
+    a stream cut before its first token is, not retried, and nothing is logged as an error."""
     replica, url = await harness.scripted(Hang())
-    gateway = await harness.one(url, timeout_s=2)
+    gateway = await harness.one(url, timeout_s=30)
     await hang_up_once_sent(gateway, harness.tenant.key, replica, chat())
-    await replica.until(lambda r: r.cancelled == 1, timeout_s=1.0)  # TimeoutError today
+    await replica.until(lambda r: r.cancelled == 1, timeout_s=1.0)
     [row] = await gateway.attempts(count=1)
-    assert (row.status, row.error) == ("cancelled", "client disconnected")
+    assert facts(row) == attempt(
+        row.request_id,
+        url,
+        status="cancelled",
+        tokens=(ESTIMATED_PROMPT, 0, 0, 0),
+        source="estimated",
+        cost=D(ESTIMATED_PROMPT * 3) / 1_000_000,
+        error="client disconnected",
+    )
+    assert len(replica.bodies) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -30,9 +30,15 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.db.models import RequestRow
 from gateway.db.session import make_engine, session_factory
+from gateway.server import GatewayConfig, limits
 from tests.support.processes import free_port
 
 READY_TIMEOUT_S = 30.0
+SERVER_OPTIONS: dict[str, Any] = {
+    "log_level": "warning",
+    "access_log": False,
+    "timeout_graceful_shutdown": 5,
+}
 
 
 def loopback_socket() -> socket.socket:
@@ -50,15 +56,15 @@ def refusing_url() -> str:
 @contextlib.asynccontextmanager
 async def serving_asgi(app: ASGIApp, *, lifespan: str = "off") -> AsyncIterator[str]:
     """Serve an ASGI app with uvicorn in a task of this loop; its base URL."""
+    config = uvicorn.Config(app, lifespan=lifespan, http="httptools", **SERVER_OPTIONS)
+    async with serving_config(config) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving_config(config: uvicorn.Config) -> AsyncIterator[str]:
+    """Serve with uvicorn as ``config`` says, in a task of this loop; its base URL."""
     sock = loopback_socket()
-    config = uvicorn.Config(
-        app,
-        lifespan=lifespan,
-        http="httptools",
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -165,13 +171,16 @@ class Gateway:
 
 @contextlib.asynccontextmanager
 async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
-    """``create_app(settings)`` with its lifespan run, served on loopback in this loop."""
+    """``create_app(settings)`` with its lifespan run, served on loopback in this loop by
+    the protocol ``kvgate serve`` runs (its connection limits, and a client's leaving told
+    to the handler)."""
     app = create_app(settings)
     engine = make_engine(settings.database_url)
     try:
         # The lifespan is entered here rather than by uvicorn, so that a failure to start
         # is raised in the test instead of logged by the server.
-        async with app.router.lifespan_context(app), serving_asgi(app) as url:
+        served = GatewayConfig(app, limits=limits(settings), lifespan="off", **SERVER_OPTIONS)
+        async with app.router.lifespan_context(app), serving_config(served) as url:
             yield Gateway(url=url, settings=settings, engine=engine, app=app)
     finally:
         engine.dispose()
