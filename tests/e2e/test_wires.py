@@ -4,7 +4,8 @@
 Each shows the cached tokens of a repeated prompt, a cost equal to an independent
 computation from the catalog's rates (the demo model's entry in force since 2026-07-01:
 input 0.15, cache read 0.015, output 0.45 USD per million tokens), the same figures on the
-request's row and in the tenant's statement, on a line of its own endpoint.
+request's row and in the tenant's statement, on a line of its own endpoint: each client's
+test has a tenant of its own, whose statement holds exactly what that client saw.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.conftest import _backends, new_database
 from tests.factories import demo_cost, vllm
 from tests.support.processes import call, wait_recorded
 from tests.support.stack import Stack, running_stack
+from tests.support.statements import Seen
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +89,44 @@ def extra(value: Any, name: str) -> Any:
     return (value.model_extra or {})[name]
 
 
+def fresh(stack: Stack, name: str) -> str:
+    """A tenant of the test's own (its own cache salt: a first prompt is never cached)."""
+    stack.tenant(name)
+    return name
+
+
+def saw_response(seen: Seen, usage: Mapping[str, Any]) -> None:
+    """A Responses answer's usage (OpenAI's convention: cached tokens inside input)."""
+    details = usage["input_tokens_details"]
+    cached = details["cached_tokens"]
+    seen.add(
+        "/v1/responses",
+        uncached=usage["input_tokens"] - cached,
+        cached=cached,
+        cache_write=details.get("cache_write_tokens") or 0,
+        output=usage["output_tokens"],
+        cost=usage["cost"],
+    )
+
+
+def saw_message(seen: Seen, usage: Mapping[str, Any]) -> None:
+    """A Messages answer's usage (Anthropic's convention: cache reads on top of input)."""
+    seen.add(
+        "/v1/messages",
+        uncached=usage["input_tokens"],
+        cached=usage.get("cache_read_input_tokens") or 0,
+        cache_write=usage.get("cache_creation_input_tokens") or 0,
+        output=usage["output_tokens"],
+        cost=usage["cost"],
+    )
+
+
+def check_statement(stack: Stack, tenant: str, seen: Seen) -> None:
+    """The tenant's statement, once everything is recorded, says exactly what was seen."""
+    wait_recorded(stack.url)
+    seen.check(stack.statement(tenant))
+
+
 def check_row(row: RequestRow, endpoint: str, uncached: int, cached: int, output: int) -> None:
     assert (row.endpoint, row.uncached_tokens, row.cache_read_tokens, row.output_tokens) == (
         endpoint,
@@ -127,12 +167,14 @@ def test_responses_create_repeated_prompt_is_cached_and_priced(stack: Stack) -> 
         check_row(row_of(stack, reply._request_id), "/v1/responses", prompt - cached, cached, 5)  # type: ignore[attr-defined]
 
 
-def test_responses_create_async(stack: Stack) -> None:
+def test_responses_create_async_is_cached_priced_and_on_the_statement(stack: Stack) -> None:
+    tenant = fresh(stack, "async-responses")
+
     async def twice() -> list[Any]:
-        client = AsyncOpenAI(base_url=stack.base_url, api_key=stack.keys["alpha"], max_retries=0)
+        client = AsyncOpenAI(base_url=stack.base_url, api_key=stack.keys[tenant], max_retries=0)
         items = [{"role": "user", "content": [{"type": "input_text", "text": "responses, async"}]}]
         return [
-            await client.responses.create(
+            await client.responses.with_raw_response.create(
                 model=SOLO,
                 instructions=SYSTEM,
                 input=items,
@@ -141,23 +183,34 @@ def test_responses_create_async(stack: Stack) -> None:
             for _ in range(2)
         ]
 
-    first, second = asyncio.run(twice())
+    raws = asyncio.run(twice())
+    first, second = (raw.parse() for raw in raws)
     prompt = first.usage.input_tokens
-    assert second.usage.input_tokens_details.cached_tokens == hit(prompt)
-    assert Decimal(extra(second.usage, "cost")) == demo_cost(prompt, hit(prompt), 4)
+    seen = Seen()
+    for raw, reply, cached in ((raws[0], first, 0), (raws[1], second, hit(prompt))):
+        usage = reply.usage
+        assert (usage.input_tokens, usage.input_tokens_details.cached_tokens) == (prompt, cached)
+        assert Decimal(extra(usage, "cost")) == demo_cost(prompt, cached, 4)
+        assert raw.headers["x-kvgate-cost"] == extra(usage, "cost")
+        check_row(
+            row_of(stack, raw.headers["x-request-id"]), "/v1/responses", prompt - cached, cached, 4
+        )
+        saw_response(seen, usage.model_dump())
+    check_statement(stack, tenant, seen)
 
 
 def test_responses_stream_relays_the_event_sequence_and_bills_response_completed(
     stack: Stack,
 ) -> None:
-    client = oai(stack)
+    tenant = fresh(stack, "streamed-responses")
+    client = oai(stack, tenant)
     asked = {
         "model": SOLO,
         "instructions": SYSTEM,
         "input": "responses, streamed",
         "max_output_tokens": 6,
     }
-    client.responses.create(**asked)  # type: ignore[call-overload]  # warms the cache
+    warm = client.responses.create(**asked)  # type: ignore[call-overload]  # warms the cache
     stream = client.responses.create(stream=True, **asked)  # type: ignore[call-overload]
     request_id = stream.response.headers["x-request-id"]
     events = list(stream)
@@ -173,6 +226,11 @@ def test_responses_stream_relays_the_event_sequence_and_bills_response_completed
     assert usage.input_tokens_details.cached_tokens == hit(prompt)
     assert Decimal(extra(usage, "cost")) == demo_cost(prompt, hit(prompt), 6)
     check_row(row_of(stack, request_id), "/v1/responses", prompt - hit(prompt), hit(prompt), 6)
+    assert warm.usage is not None and warm.usage.input_tokens_details.cached_tokens == 0
+    seen = Seen()
+    saw_response(seen, warm.usage.model_dump())
+    saw_response(seen, usage.model_dump())
+    check_statement(stack, tenant, seen)
 
 
 NODE_CLIENT = Path(__file__).parents[1] / "node"
@@ -187,8 +245,8 @@ def test_the_openai_node_sdk_streams_responses_with_cached_tokens_and_their_cost
     assert node is not None and (NODE_CLIENT / "node_modules" / "openai").is_dir(), (
         "the Node client is installed by make test-deps"
     )
-    env = {**os.environ, "KVGATE_BASE_URL": stack.base_url, "KVGATE_API_KEY": stack.keys["alpha"]}
-    # Instructions of its own: the module's other tests have cached SYSTEM on this replica.
+    tenant = fresh(stack, "node")
+    env = {**os.environ, "KVGATE_BASE_URL": stack.base_url, "KVGATE_API_KEY": stack.keys[tenant]}
     system = "You are the Node SDK's test assistant; answer in one line. " * 12
     argv = [node, str(NODE_CLIENT / "responses_stream.mjs"), SOLO, system, "node, streamed", "7"]
     runs = [
@@ -203,6 +261,7 @@ def test_the_openai_node_sdk_streams_responses_with_cached_tokens_and_their_cost
     prompt = first["input_tokens"]
     assert first["input_tokens_details"]["cached_tokens"] == 0
     assert second["input_tokens_details"]["cached_tokens"] == hit(prompt)
+    seen = Seen()
     for run, usage, cached in ((runs[0], first, 0), (runs[1], second, hit(prompt))):
         types = run["types"]
         assert types[0] == "response.created" and types[-1] == "response.completed"
@@ -211,6 +270,8 @@ def test_the_openai_node_sdk_streams_responses_with_cached_tokens_and_their_cost
         assert (usage["input_tokens"], usage["output_tokens"]) == (prompt, 7)
         assert Decimal(usage["cost"]) == demo_cost(prompt, cached, 7)
         check_row(row_of(stack, run["requestId"]), "/v1/responses", prompt - cached, cached, 7)
+        saw_response(seen, usage)
+    check_statement(stack, tenant, seen)
 
 
 def test_a_follow_up_goes_to_the_replica_that_stored_its_response(stack: Stack) -> None:
@@ -274,6 +335,21 @@ def test_embeddings_create_is_priced_at_the_input_rate(stack: Stack) -> None:
         model=SOLO, input=["one two", "three"], encoding_format="float"
     )
     assert [d.index for d in several.data] == [0, 1] and several.usage.prompt_tokens == 3
+
+    async def embed() -> Any:
+        client = AsyncOpenAI(base_url=stack.base_url, api_key=stack.keys["alpha"], max_retries=0)
+        return await client.embeddings.with_raw_response.create(
+            model=SOLO, input=["one two", "three"]
+        )
+
+    raw = asyncio.run(embed())  # the async client: base64 vectors by default, as the sync one
+    awaited = raw.parse()
+    assert [len(d.embedding) for d in awaited.data] == [16, 16]
+    assert awaited.data[0].embedding == pytest.approx(several.data[0].embedding, abs=1e-6)
+    assert awaited.usage.prompt_tokens == 3
+    assert Decimal(extra(awaited.usage, "cost")) == demo_cost(3, 0, 0)
+    assert raw.headers["x-kvgate-cost"] == extra(awaited.usage, "cost")
+    check_row(row_of(stack, raw.headers["x-request-id"]), "/v1/embeddings", 3, 0, 0)
     # /metrics counts requests by endpoint.
     status, _, body = call(stack.url + "/metrics")
     assert status == 200
@@ -314,7 +390,8 @@ SYSTEM_BLOCKS = [{"type": "text", "text": MESSAGES_SYSTEM, "cache_control": {"ty
 
 
 def test_messages_create_with_cache_control_reads_the_cache_and_is_priced(stack: Stack) -> None:
-    client = claude(stack)
+    tenant = fresh(stack, "messages")
+    client = claude(stack, tenant)
     asked: dict[str, Any] = {
         "model": SOLO,
         "max_tokens": 5,
@@ -335,23 +412,29 @@ def test_messages_create_with_cache_control_reads_the_cache_and_is_priced(stack:
     )
     assert second.usage.cache_creation_input_tokens == 0
     assert Decimal(extra(second.usage, "cost")) == demo_cost(prompt, cached, 5)
+    seen = Seen()
+    for reply in (first, second):
+        saw_message(seen, reply.usage.model_dump())
+    check_statement(stack, tenant, seen)  # counting tokens is not billed
     counted = client.messages.count_tokens(
         model=SOLO,
         system=SYSTEM_BLOCKS,
         messages=asked["messages"],  # type: ignore[arg-type]
     )
     assert counted.input_tokens == prompt
+    check_statement(stack, tenant, seen)
 
 
 def test_messages_stream_relays_anthropic_events_and_bills_message_delta(stack: Stack) -> None:
-    client = claude(stack)
+    tenant = fresh(stack, "streamed-messages")
+    client = claude(stack, tenant)
     asked: dict[str, Any] = {
         "model": SOLO,
         "max_tokens": 4,
         "system": SYSTEM_BLOCKS,
         "messages": [{"role": "user", "content": "messages, streamed"}],
     }
-    client.messages.create(**asked)  # warms the cache
+    warm = client.messages.create(**asked)  # warms the cache
     stream = client.messages.create(stream=True, **asked)
     request_id = stream.response.headers["x-request-id"]
     events = list(stream)
@@ -371,6 +454,12 @@ def test_messages_stream_relays_anthropic_events_and_bills_message_delta(stack: 
     assert usage.input_tokens == prompt - hit(prompt) and usage.output_tokens == 4
     assert Decimal(extra(usage, "cost")) == demo_cost(prompt, hit(prompt), 4)
     check_row(row_of(stack, request_id), "/v1/messages", prompt - hit(prompt), hit(prompt), 4)
+    assert warm.usage.cache_read_input_tokens == 0
+    seen = Seen()
+    saw_message(seen, warm.usage.model_dump())
+    # The stream's bill is message_delta's usage (message_start's has no cost yet).
+    saw_message(seen, usage.model_dump())
+    check_statement(stack, tenant, seen)
 
 
 def test_messages_errors_are_anthropic_shaped(stack: Stack) -> None:
@@ -404,55 +493,28 @@ def test_messages_errors_are_anthropic_shaped(stack: Stack) -> None:
 
 def test_the_statement_has_a_line_per_endpoint_with_the_costs_seen(stack: Stack) -> None:
     """A fresh tenant: every endpoint's costs, as the clients saw them, on its own lines."""
-    stack.tenant("gamma")
-    seen: dict[str, Decimal] = {}
-    tokens: dict[str, list[int]] = {}
-
-    def saw(endpoint: str, cost: Any, uncached: int, cached: int, output: int) -> None:
-        seen[endpoint] = seen.get(endpoint, Decimal(0)) + Decimal(cost)
-        got = tokens.setdefault(endpoint, [0, 0, 0])
-        for index, value in enumerate((uncached, cached, output)):
-            got[index] += value
-
-    client = oai(stack, "gamma")
+    tenant = fresh(stack, "gamma")
+    seen = Seen()
+    client = oai(stack, tenant)
     for _ in range(2):
         r = client.responses.create(
             model=SOLO, instructions=SYSTEM, input="bill", max_output_tokens=3
         )
-        details = r.usage.input_tokens_details  # type: ignore[union-attr]
-        saw(
-            "/v1/responses",
-            extra(r.usage, "cost"),
-            r.usage.input_tokens - details.cached_tokens,  # type: ignore[union-attr]
-            details.cached_tokens,
-            r.usage.output_tokens,
-        )  # type: ignore[union-attr]
+        assert r.usage is not None
+        saw_response(seen, r.usage.model_dump())
         e = client.embeddings.create(model=SOLO, input="bill me")
-        saw("/v1/embeddings", extra(e.usage, "cost"), e.usage.prompt_tokens, 0, 0)
-        m = claude(stack, "gamma").messages.create(
+        seen.add(
+            "/v1/embeddings",
+            uncached=e.usage.prompt_tokens,
+            cached=0,
+            output=0,
+            cost=extra(e.usage, "cost"),
+        )
+        m = claude(stack, tenant).messages.create(
             model=SOLO, max_tokens=3, system=SYSTEM, messages=[{"role": "user", "content": "bill"}]
         )
-        saw(
-            "/v1/messages",
-            extra(m.usage, "cost"),
-            m.usage.input_tokens,
-            m.usage.cache_read_input_tokens or 0,
-            m.usage.output_tokens,
-        )
-    wait_recorded(stack.url)
-    statement = stack.statement("gamma")
-    lines: dict[str, list[dict[str, Any]]] = {}
-    for line in statement["line_items"]:
-        lines.setdefault(line["endpoint"], []).append(line)
-    assert sorted(lines) == sorted(seen)
-    for endpoint, cost in seen.items():
-        (line,) = lines[endpoint]
-        assert Decimal(line["cost_total"]) == cost
-        assert [
-            line["uncached_tokens"],
-            line["cache_read_tokens"],
-            line["output_tokens"],
-        ] == tokens[endpoint]
-        assert line["requests"] == 2
-    assert tokens["/v1/responses"][1] > 0 and tokens["/v1/messages"][1] > 0
-    assert Decimal(statement["totals"]["cost_total"]) == sum(seen.values())
+        saw_message(seen, m.usage.model_dump())
+    check_statement(stack, tenant, seen)
+    assert sorted(seen.lines) == ["/v1/embeddings", "/v1/messages", "/v1/responses"]
+    assert seen.lines["/v1/responses"].tokens["cache_read_tokens"] > 0
+    assert seen.lines["/v1/messages"].tokens["cache_read_tokens"] > 0

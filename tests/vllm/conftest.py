@@ -10,11 +10,15 @@ follow the replicas' KV events. Tenants ``alpha`` and ``beta`` have a key each.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -86,6 +90,17 @@ class ExactStack:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no record for {request_id}")
             time.sleep(0.05)
+
+    def statement(self, key: str, via: str | None = None) -> dict[str, Any]:
+        """Today's billing statement of the key's tenant, through the gateway (or ``via``
+        another one on the same database)."""
+        today = datetime.now(UTC).date()
+        request = urllib.request.Request(
+            f"{via or self.gateway.url}/v1/billing/statement?start={today}&end={today}",
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.loads(reply.read())  # type: ignore[no-any-return]
 
 
 def _sim_backend(tmp: Path) -> Backend:

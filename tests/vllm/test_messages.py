@@ -7,9 +7,6 @@ statement has the same figures on a line of each endpoint."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -24,16 +21,6 @@ from tests.vllm.replicas import replica_tokens, text
 def usage_cost(usage: Any) -> Decimal:
     """The ``cost`` the gateway adds to the SDK's usage model (kept as an extra)."""
     return Decimal((usage.model_extra or {})["cost"])
-
-
-def statement(stack: ExactStack, key: str) -> dict[str, Any]:
-    today = datetime.now(UTC).date()
-    request = urllib.request.Request(
-        f"{stack.gateway.url}/v1/billing/statement?start={today}&end={today}",
-        headers={"Authorization": f"Bearer {key}"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return json.loads(reply.read())  # type: ignore[no-any-return]
 
 
 def test_messages_are_routed_recorded_and_priced_as_the_replica_reports(
@@ -90,7 +77,7 @@ def test_messages_are_routed_recorded_and_priced_as_the_replica_reports(
     counted = claude.messages.count_tokens(model="tiny-solo", system=system, messages=question)  # type: ignore[arg-type]
     assert counted.input_tokens == len(rendered)
 
-    (line,) = statement(stack, key)["line_items"]
+    (line,) = stack.statement(key)["line_items"]
     assert line["endpoint"] == "/v1/messages" and line["requests"] == 3
     assert [line["uncached_tokens"], line["cache_read_tokens"], line["output_tokens"]] == [
         totals["uncached"],

@@ -1,20 +1,27 @@
 """/v1/responses in exact mode, against `kvgate sim` and real vLLM (marker ``vllm``): the
 gateway hashes the prompt the replica renders (instructions + input items as chat
 messages), so what it predicted is what the replica served from cache; what it recorded
-is what the replica reported, streamed and not, and its cost is the demo price's."""
+is what the replica reported, streamed and not, its cost is the demo price's, and the
+tenant's statement has the same figures on a /v1/responses line."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
-from tests.factories import demo_cost
+import openai
+
+from gateway.db.session import session_factory, transaction
+from tests.factories import demo_cost, tenant
+from tests.support.statements import Seen
 from tests.vllm.conftest import ExactStack
 from tests.vllm.replicas import text
 
 
 def test_responses_are_routed_on_the_prompt_the_replica_renders(stack: ExactStack) -> None:
-    client = stack.client()
+    with transaction(session_factory(stack.engine)) as session:
+        key = tenant(session, f"responses-{stack.backend.kind}").key
+    client = openai.OpenAI(base_url=stack.gateway.url + "/v1", api_key=key, max_retries=0)
     instructions = text(7201, 160)
     items: list[Any] = [
         {"role": "user", "content": [{"type": "input_text", "text": text(7202, 20)}]},
@@ -28,6 +35,7 @@ def test_responses_are_routed_on_the_prompt_the_replica_renders(stack: ExactStac
         "temperature": 0,
     }
     seen: list[tuple[int, int, int | None]] = []  # (reported cached, recorded, predicted)
+    billed = Seen()
     for stream in (False, True, False):
         if stream:
             raw = client.responses.with_raw_response.create(stream=True, **asked)
@@ -49,7 +57,17 @@ def test_responses_are_routed_on_the_prompt_the_replica_renders(stack: ExactStac
         assert usage.model_extra is not None and Decimal(usage.model_extra["cost"]) == cost
         assert Decimal(row.cost_total) == cost and usage.output_tokens == 3
         seen.append((cached, row.cache_read_tokens, row.predicted_cached_tokens))
+        billed.add(
+            "/v1/responses",
+            uncached=usage.input_tokens - cached,
+            cached=cached,
+            output=usage.output_tokens,
+            cost=usage.model_extra["cost"],
+        )
     assert [recorded for _, recorded, _ in seen] == [reported for reported, _, _ in seen]
     # Repeats were served from cache, and the router knew exactly how much.
     assert seen[1][0] > 0 and seen[2][0] > 0
     assert [predicted for _, _, predicted in seen[1:]] == [reported for reported, _, _ in seen[1:]]
+    # The tenant is the test's own: nothing was cached before its first request.
+    assert seen[0][0] == 0
+    billed.check(stack.statement(key))
