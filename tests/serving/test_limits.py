@@ -9,10 +9,12 @@ upstream sends is recorded on both databases, as exactly as a column can hold it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 
+from tests.factories import litellm
 from tests.serving.conftest import CHAT, D, Harness, attempt, chat, facts, hang_up_once_sent
 from tests.support.upstream import Answer, Hang, completion, vllm_usage
 
@@ -86,3 +88,30 @@ async def test_a_client_leaving_a_whole_answer_cancels_the_replicas_work(
     )
     assert len(replica.bodies) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_client_leaving_a_hosted_whole_answer_leaves_the_provider_to_answer(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hosted provider bills what it generates whether anyone reads it or not, so its call
+    is not cancelled when the client goes: it runs to its own end (here the deployment's
+    1 s timeout), and the record says how it ended there, not ``cancelled``."""
+    monkeypatch.setenv("KVGATE_TEST_PROVIDER_KEY", "sk-test")
+    replica, url = await harness.scripted(Hang())
+    gateway = await harness.gateway(
+        litellm(
+            "m",
+            "openai/m",
+            api_base=url + "/v1",
+            api_key_env="KVGATE_TEST_PROVIDER_KEY",
+            price_model="m",
+            timeout_s=1,
+        )
+    )
+    await hang_up_once_sent(gateway, harness.tenant.key, replica, chat())
+    await asyncio.sleep(0.5)
+    assert replica.cancelled == 0  # still asked, half a second after the client left
+    [row] = await gateway.attempts(count=1, timeout_s=5)
+    assert (row.status, row.usage_source) == ("failed", "missing")
+    assert row.error is not None and "timed out" in row.error
+    await replica.until(lambda r: r.cancelled == 1, timeout_s=2.0)  # closed at the timeout
