@@ -178,7 +178,42 @@ STATEMENT_COLUMNS = (
 )
 
 
-class RequestRow(Base):
+class CostColumns:
+    """Exact money per token class, its total and the no-cache equivalent (``sums.COSTS``):
+    one attempt's in ``requests``, their sums in ``usage_hours``."""
+
+    # Mixin columns follow the class's own (the migrations, not this order, make the tables).
+    cost_uncached: Mapped[Decimal] = mapped_column(Money())
+    cost_cache_read: Mapped[Decimal] = mapped_column(Money())
+    cost_cache_write: Mapped[Decimal] = mapped_column(Money())
+    cost_output: Mapped[Decimal] = mapped_column(Money())
+    cost_total: Mapped[Decimal] = mapped_column(Money())
+    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
+
+
+class TokenSumColumns:
+    """A rollup's attempts and their tokens per class (``pricing.tokens.TokenClasses``)."""
+
+    requests: Mapped[int] = mapped_column(BigInteger)
+    uncached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+
+
+class CeilingColumns:
+    """Requests that carry a hit-rate ceiling, and their tokens, so that efficiency compares
+    like with like (``gateway.db.figures.spend.Ceilings`` reads them from either rollup)."""
+
+    ceiling_requests: Mapped[int] = mapped_column(BigInteger)
+    ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    # Of ceiling_requests, those whose ceiling was exact (the rest are approximate).
+    exact_ceiling_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+
+
+class RequestRow(CostColumns, Base):
     """One attempt of one request: the unit everything else sums."""
 
     __tablename__ = "requests"
@@ -244,12 +279,6 @@ class RequestRow(Base):
     # The entry's rate set the costs were computed with: standard, long_context or a tier
     # (None: recorded before kvgate kept it; such rows were priced by their service tier).
     rate_class: Mapped[str | None] = mapped_column(String(32), default=None)
-    cost_uncached: Mapped[Decimal] = mapped_column(Money())
-    cost_cache_read: Mapped[Decimal] = mapped_column(Money())
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money())
-    cost_output: Mapped[Decimal] = mapped_column(Money())
-    cost_total: Mapped[Decimal] = mapped_column(Money())
-    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
     # Prefix breakers (added by 0010): where the prompt's block chain first left the
     # interaction's previous request's (token offset), the tokens of it not reused, whether
     # that was early; the text around it (JSON) for tenants that opted in. NULL: no break.
@@ -269,7 +298,7 @@ class RequestRow(Base):
 # never conflict); an unpriced request's price_id is '' here.
 
 
-class UsageHourRow(Base):
+class UsageHourRow(TokenSumColumns, CostColumns, CeilingColumns, Base):
     """Per UTC hour × tenant × model × price entry × status: sums of the requests' columns."""
 
     __tablename__ = "usage_hours"
@@ -279,35 +308,17 @@ class UsageHourRow(Base):
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     price_id: Mapped[str] = mapped_column(String(300), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), primary_key=True)
-    requests: Mapped[int] = mapped_column(BigInteger)
-    uncached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    output_tokens: Mapped[int] = mapped_column(BigInteger)
-    cost_uncached: Mapped[Decimal] = mapped_column(Money())
-    cost_cache_read: Mapped[Decimal] = mapped_column(Money())
-    cost_cache_write: Mapped[Decimal] = mapped_column(Money())
-    cost_output: Mapped[Decimal] = mapped_column(Money())
-    cost_total: Mapped[Decimal] = mapped_column(Money())
-    cost_uncached_equivalent: Mapped[Decimal] = mapped_column(Money())
     # (tenant, interaction, model, hour) cells first seen completed here; see InteractionCellRow.
     completed_cells: Mapped[int] = mapped_column(BigInteger)
     # The part of cache_write_tokens written for an hour (added by 0006).
     cache_write_1h_tokens: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # Cells first seen completed by a priced attempt here (a row of a priced entry).
     priced_completed_cells: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
-    # Requests that carry a ceiling, and their tokens, so efficiency compares like with like.
-    ceiling_requests: Mapped[int] = mapped_column(BigInteger)
-    ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
-    ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    # Of ceiling_requests, those whose ceiling was exact (the rest are approximate).
-    exact_ceiling_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # Sum over requests of max(ceiling - cache_read, 0): misses perfect routing would have hit.
     avoidable_miss_tokens: Mapped[int] = mapped_column(BigInteger)
 
 
-class ReplicaHourRow(Base):
+class ReplicaHourRow(CeilingColumns, Base):
     """Per UTC hour × model × upstream replica: load and cache figures for routing."""
 
     __tablename__ = "replica_hours"
@@ -323,11 +334,6 @@ class ReplicaHourRow(Base):
     predicted_requests: Mapped[int] = mapped_column(BigInteger)
     predicted_cached_tokens: Mapped[int] = mapped_column(BigInteger)
     predicted_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
-    ceiling_requests: Mapped[int] = mapped_column(BigInteger)
-    ceiling_prompt_tokens: Mapped[int] = mapped_column(BigInteger)
-    ceiling_cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
-    ceiling_cached_tokens: Mapped[int] = mapped_column(BigInteger)
-    exact_ceiling_requests: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     # Requests whose replica reported cached tokens by tier, their cached tokens, and of
     # those the host memory's and the disk's (GPU memory's: the rest).
     tier_requests: Mapped[int] = mapped_column(BigInteger, server_default="0")
@@ -396,7 +402,7 @@ class InteractionCellRow(Base):
     priced: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
-class DeploymentHourRow(Base):
+class DeploymentHourRow(TokenSumColumns, Base):
     """Per UTC hour × tenant × model × deployment × price entry × endpoint: the attempts'
     tokens and cost (added by 0016; gateway/db/writer/deployments.py)."""
 
@@ -408,11 +414,6 @@ class DeploymentHourRow(Base):
     deployment: Mapped[str] = mapped_column(String(200), primary_key=True)
     price_id: Mapped[str] = mapped_column(String(300), primary_key=True)  # '' unpriced
     endpoint: Mapped[str] = mapped_column(String(40), primary_key=True)  # '' not known
-    requests: Mapped[int] = mapped_column(BigInteger)
-    uncached_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
-    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
-    output_tokens: Mapped[int] = mapped_column(BigInteger)
     cost_total: Mapped[Decimal] = mapped_column(Money())
 
 

@@ -114,6 +114,17 @@ def _get(session: Session, row_type: type[_Scoped], row_id: str, what: str) -> _
     return row
 
 
+def _scoped(row: BudgetRow | RateLimitRow) -> dict[str, Any]:
+    """What a budget and a rate limit read alike from their rows' ``ScopedRow`` columns:
+    the id, the scope, its tenant and (key scopes) its key."""
+    return {
+        "id": row.id,
+        "scope": Scope(ScopeKind(row.scope_kind), row.scope_value),
+        "tenant_id": row.tenant_id,
+        "key_id": row.key_id,
+    }
+
+
 def _insert(session: Session, table: Any) -> Any:
     dialect = session.get_bind().dialect.name
     return (postgresql if dialect == "postgresql" else sqlite).insert(table)
@@ -125,10 +136,7 @@ def _insert(session: Session, table: Any) -> Any:
 def budget_of(row: BudgetRow) -> Budget:
     """The budget a budget row holds."""
     return Budget(
-        id=row.id,
-        scope=Scope(ScopeKind(row.scope_kind), row.scope_value),
-        tenant_id=row.tenant_id,
-        key_id=row.key_id,
+        **_scoped(row),
         limit=row.limit,
         period=Period(row.period),
         timezone=row.timezone,
@@ -410,10 +418,7 @@ def alerts(session: Session, *, budget_id: str) -> list[BudgetAlertRow]:
 def limit_of(row: RateLimitRow) -> RateLimit:
     """The rate limit a rate limit row holds."""
     return RateLimit(
-        id=row.id,
-        scope=Scope(ScopeKind(row.scope_kind), row.scope_value),
-        tenant_id=row.tenant_id,
-        key_id=row.key_id,
+        **_scoped(row),
         requests_per_minute=row.requests_per_minute,
         tokens_per_minute=row.tokens_per_minute,
     )

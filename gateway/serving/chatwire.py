@@ -23,6 +23,7 @@ translates; they serve no ``/v1/completions``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -151,21 +152,14 @@ class ProviderChatStream(VllmStream):
         self.usage_chunk["choices"] = []
         return sse.encode(chunk)
 
+    def _reported(self, usage: dict[str, Any]) -> Usage:
+        return openai_wire(self.target.provider)(usage)
+
     def outcome(self, *, ended: bool, error: str | None) -> Outcome:
-        """Reported usage (the provider's convention) when it came; else an estimate."""
-        state = self.state
-        if state.usage is not None:
-            usage = openai_wire(self.target.provider)(state.usage)
-        else:
-            usage = Usage.estimated(self.prompt_chars, state.content_events)
-        return Outcome(
-            status=Status.COMPLETED if ended else Status.FAILED,
-            usage=usage,
-            first_token_at=self.first_token_at,
-            finish_reason=state.finish_reason,
-            service_tier=self.service_tier,
-            error=error,
-        )
+        """As a replica's, with the tier the provider named; cached tokens by tier are only
+        a replica's to say."""
+        outcome = super().outcome(ended=ended, error=error)
+        return replace(outcome, service_tier=self.service_tier, cached_by_tier=None)
 
 
 def _tier(event: bytes) -> str | None:

@@ -287,7 +287,7 @@ class VllmStream:
         """Reported usage when the usage chunk came; else an estimate, marked so."""
         state = self.state
         if state.usage is not None:
-            usage = from_openai(state.usage)
+            usage = self._reported(state.usage)
         else:
             usage = Usage.estimated(self.prompt_chars, state.content_events)
         return Outcome(
@@ -298,6 +298,10 @@ class VllmStream:
             error=error,
             cached_by_tier=_cached_by_tier(state.usage),
         )
+
+    def _reported(self, usage: dict[str, Any]) -> Usage:
+        """The usage chunk's usage, read in the upstream's convention (a replica's: OpenAI's)."""
+        return from_openai(usage)
 
     def ending(self, record: Record, *, with_usage: bool) -> bytes:
         """The billed usage chunk (when asked for) and ``[DONE]``."""

@@ -6,9 +6,9 @@ from decimal import Decimal
 
 from gateway.tools.cachetest.client import Outcome
 from gateway.tools.cachetest.costs import Billed, change, input_cost, spend, statement_price
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 
-PRICE = TokenPrice(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))
+PRICE = Rates(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))
 
 
 def test_input_cost_prices_uncached_and_cached_tokens_at_their_rates() -> None:

@@ -16,12 +16,12 @@ from aiohttp.test_utils import TestServer
 from gateway.tools.cachetest.plan import PLANS, RunConfig
 from gateway.tools.cachetest.report import write_report
 from gateway.tools.cachetest.runner import run
-from gateway.tools.replay.metrics import TokenPrice
 from gateway.tools.sim.server import SimConfig, create_app
 from gateway.tools.sim.timing import TimingModel
+from pricing.book import Rates
 
 MODEL = "kvgate/demo-llama-8b"
-PRICE = TokenPrice(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))
+PRICE = Rates(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))
 # 100 words: 102 prompt tokens (the template's head and tail), 6 full blocks of 16 cached.
 SMALL = replace(
     PLANS["quick"],

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.tools.replay.metrics import TokenPrice, parse_price, percentile, summarize
+from gateway.tools.replay.metrics import Rates, parse_price, percentile, summarize
 from gateway.tools.replay.offline import ReplayConfig, replay
 from gateway.tools.replay.trace import TraceRequest
 from gateway.tools.sim.timing import TimingModel
@@ -21,7 +21,7 @@ CONFIG = ReplayConfig(
 
 def test_kv_aware_summary_on_the_tiny_trace(tiny: list[TraceRequest]) -> None:
     run = replay(tiny, "kv-aware", CONFIG)
-    price = TokenPrice(input=Decimal(1), cache_read=Decimal("0.1"), output=Decimal(2))
+    price = Rates(input=Decimal(1), cache_read=Decimal("0.1"), output=Decimal(2))
     s = summarize(run, ceiling=20 / 44, price=price)
     assert (s.requests, s.prompt_tokens, s.cached_tokens) == (4, 44, 20)
     assert s.token_hit_rate == 20 / 44
@@ -54,7 +54,7 @@ def test_percentile_interpolates_linearly() -> None:
 
 
 def test_parse_price() -> None:
-    assert parse_price("input=3, cache_read=0.30,output=15") == TokenPrice(
+    assert parse_price("input=3, cache_read=0.30,output=15") == Rates(
         Decimal(3), Decimal("0.30"), Decimal(15)
     )
     with pytest.raises(ValueError, match="missing output"):

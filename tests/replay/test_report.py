@@ -10,7 +10,7 @@ import orjson
 
 from gateway.routing.policy import DEFAULT_TUNABLES
 from gateway.tools.replay.analysis import analyze
-from gateway.tools.replay.metrics import TokenPrice, summarize
+from gateway.tools.replay.metrics import Rates, summarize
 from gateway.tools.replay.offline import ReplayConfig, replay
 from gateway.tools.replay.report import ReportContext, policy_table, write_report
 from gateway.tools.replay.trace import TraceRequest
@@ -22,7 +22,7 @@ TIMING = TimingModel(prefill_tokens_per_s=100, decode_tokens_per_s=10)
 def test_write_report(tiny: list[TraceRequest], tmp_path: Path) -> None:
     config = ReplayConfig(replicas=2, capacity_blocks=10, block_tokens=4, timing=TIMING)
     analysis = analyze(tiny, replicas=2, capacity_blocks=10, block_tokens=4)
-    price = TokenPrice(Decimal(1), Decimal("0.1"), Decimal(2))
+    price = Rates(Decimal(1), Decimal("0.1"), Decimal(2))
     runs = [replay(tiny, name, config) for name in ("kv-aware", "round-robin")]
     summaries = [summarize(r, ceiling=analysis.ceiling.rate, price=price) for r in runs]
     context = ReportContext(

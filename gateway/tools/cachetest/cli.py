@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from gateway.tools.cachetest.plan import PLANS, STAGES, Audit, RunConfig, parse_stages
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 
 
 def cachetest(
@@ -114,7 +114,7 @@ def cachetest(
         raise typer.Exit(1)
 
 
-def _price(input: str | None, cache_read: str | None, output: str | None) -> TokenPrice | None:
+def _price(input: str | None, cache_read: str | None, output: str | None) -> Rates | None:
     given = {"input": input, "cache_read": cache_read, "output": output}
     if all(v is None for v in given.values()):
         return None
@@ -124,7 +124,7 @@ def _price(input: str | None, cache_read: str | None, output: str | None) -> Tok
         rates = {name: Decimal(value) for name, value in given.items() if value is not None}
     except InvalidOperation:
         raise typer.BadParameter("prices are decimal numbers (USD per million)") from None
-    return TokenPrice(
+    return Rates(
         input=rates["input"],
         cache_read=rates.get("cache_read", rates["input"]),
         output=rates.get("output", Decimal(0)),

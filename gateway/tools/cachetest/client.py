@@ -14,7 +14,6 @@ import hashlib
 import time
 from dataclasses import dataclass
 from datetime import date
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -90,12 +89,7 @@ class Endpoint:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
 

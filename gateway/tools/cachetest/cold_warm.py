@@ -14,7 +14,7 @@ from gateway.tools.cachetest.context import Context
 from gateway.tools.cachetest.costs import Spend, spend
 from gateway.tools.cachetest.figures import outcome_json, spend_json, ttft_json, ttfts
 from gateway.tools.cachetest.plan import Plan
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class ColdWarm:
         """Each pair's warm outcome, in order."""
         return [p.warm for p in self.pairs]
 
-    def spends(self, price: TokenPrice | None) -> tuple[Spend, Spend]:
+    def spends(self, price: Rates | None) -> tuple[Spend, Spend]:
         """(cold pass, warm pass)."""
         return spend(self.cold, price), spend(self.warm, price)
 
@@ -60,7 +60,7 @@ async def run(ctx: Context) -> ColdWarm:
     return ColdWarm(tuple(pairs))
 
 
-def figures(result: ColdWarm, price: TokenPrice | None, block_size: int) -> dict[str, Any]:
+def figures(result: ColdWarm, price: Rates | None, block_size: int) -> dict[str, Any]:
     """The stage's numbers, JSON-ready."""
     cold, warm = result.spends(price)
     expected = sum(

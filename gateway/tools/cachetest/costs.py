@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from gateway.tools.cachetest.client import Outcome
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 from pricing.cost import ZERO, money
 
 
@@ -52,13 +52,13 @@ class Spend:
         return _per(self.uncached_input_cost + self.output_cost, self.completed)
 
 
-def input_cost(outcome: Outcome, price: TokenPrice) -> Decimal:
+def input_cost(outcome: Outcome, price: Rates) -> Decimal:
     """One request's input cost."""
     uncached = outcome.prompt_tokens - outcome.cached_tokens
     return money(uncached, price.input) + money(outcome.cached_tokens, price.cache_read)
 
 
-def spend(outcomes: Iterable[Outcome], price: TokenPrice | None) -> Spend:
+def spend(outcomes: Iterable[Outcome], price: Rates | None) -> Spend:
     """Sum the requests' tokens, and their cost when there is a price."""
     listed = list(outcomes)
     cost = uncached = output = None
@@ -78,14 +78,14 @@ def spend(outcomes: Iterable[Outcome], price: TokenPrice | None) -> Spend:
     )
 
 
-def statement_price(document: Mapping[str, Any], model: str) -> TokenPrice | None:
+def statement_price(document: Mapping[str, Any], model: str) -> Rates | None:
     """The rates kvgate billed ``model`` at, from a statement's line items (the latest)."""
     lines: Sequence[Mapping[str, Any]] = document.get("line_items") or []
     for line in reversed(lines):
         if line.get("model") != model or line.get("input_rate") is None:
             continue
         # Stored as Numeric(18, 9): "0.150000000" is the rate 0.15.
-        return TokenPrice(
+        return Rates(
             input=Decimal(line["input_rate"]).normalize(),
             cache_read=Decimal(line.get("cache_read_rate") or line["input_rate"]).normalize(),
             output=Decimal(line.get("output_rate") or "0").normalize(),

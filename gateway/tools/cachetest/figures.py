@@ -12,7 +12,7 @@ from typing import Any
 from gateway.tools.cachetest.client import Outcome
 from gateway.tools.cachetest.costs import Spend, input_cost
 from gateway.tools.cachetest.stats import RankTest, percentile
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 
 
 def ttfts(outcomes: Iterable[Outcome]) -> list[float]:
@@ -56,7 +56,7 @@ def spend_json(s: Spend) -> dict[str, Any]:
     }
 
 
-def outcome_json(o: Outcome, price: TokenPrice | None = None) -> dict[str, Any]:
+def outcome_json(o: Outcome, price: Rates | None = None) -> dict[str, Any]:
     """One request."""
     row: dict[str, Any] = {
         "status": o.status,

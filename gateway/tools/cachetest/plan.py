@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 
 # In the order they run; `summary` is always written from whatever ran.
 STAGES = ("cold-warm", "partial", "concurrency", "eviction", "isolation")
@@ -85,7 +85,7 @@ class RunConfig:
     plan: Plan
     stages: tuple[str, ...]
     second_key: str | None = None
-    price: TokenPrice | None = None  # from the command line; else kvgate's statement, if any
+    price: Rates | None = None  # from the command line; else kvgate's statement, if any
     block_size: int | None = None  # None: the target's /metrics, else 16
     salt_per_key: bool = False  # send cache_salt derived from each key (raw vLLM)
     max_tokens: int = 4

@@ -28,7 +28,7 @@ from gateway.tools.cachetest.isolation import Isolation, Verdict, judge
 from gateway.tools.cachetest.partial import Partial
 from gateway.tools.cachetest.plan import Plan, RunConfig
 from gateway.tools.cachetest.progress import Progress
-from gateway.tools.replay.metrics import TokenPrice
+from pricing.book import Rates
 
 T = TypeVar("T")
 DEFAULT_BLOCK_SIZE = 16
@@ -53,7 +53,7 @@ class Results:
     block_size_source: str  # "--block-size", "target /metrics" or "default"
     cache: CacheConfig | None
     kvgate: bool  # the target answered the billing statement
-    price: TokenPrice | None
+    price: Rates | None
     price_source: str | None  # "command line", "kvgate statement" or None
     billed: Billed | None  # the first key's statement, after minus before
     started_at: datetime

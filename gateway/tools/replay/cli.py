@@ -21,7 +21,7 @@ from gateway.routing.policy import DEFAULT_TUNABLES, POLICIES
 from gateway.tools.replay import offline
 from gateway.tools.replay.analysis import TraceAnalysis, analyze, infinite_ceiling
 from gateway.tools.replay.live import first_model, record_totals, replay_live, summarize_live
-from gateway.tools.replay.metrics import PolicySummary, TokenPrice, parse_price, summarize
+from gateway.tools.replay.metrics import PolicySummary, parse_price, summarize
 from gateway.tools.replay.report import (
     ReportContext,
     gateways_table,
@@ -33,6 +33,7 @@ from gateway.tools.replay.report import (
 from gateway.tools.replay.report import write_report as write_report_files
 from gateway.tools.replay.trace import TraceRequest, load_trace
 from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
+from pricing.book import Rates
 
 DEFAULT_POLICIES = "kv-aware,round-robin,least-loaded,random"
 
@@ -267,7 +268,7 @@ def _gateways(text: str) -> list[int]:
     return counts
 
 
-def _price(text: str | None) -> TokenPrice | None:
+def _price(text: str | None) -> Rates | None:
     if text is None:
         return None
     try:

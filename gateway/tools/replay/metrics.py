@@ -13,16 +13,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from gateway.tools.replay.offline import PolicyRun
+from pricing.book import Rates
 from pricing.cost import ZERO, money
-
-
-@dataclass(frozen=True, slots=True)
-class TokenPrice:
-    """USD per million tokens, for the replay's cost columns."""
-
-    input: Decimal
-    cache_read: Decimal
-    output: Decimal
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +47,8 @@ class PolicySummary:
         return self.cached_by_tier[tier] / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def parse_price(text: str) -> TokenPrice:
-    """``"input=X,cache_read=Y,output=Z"`` (USD per million tokens) as a `TokenPrice`."""
+def parse_price(text: str) -> Rates:
+    """``"input=X,cache_read=Y,output=Z"`` (USD per million tokens) as `Rates`."""
     fields: dict[str, Decimal] = {}
     for part in text.split(","):
         name, sep, value = part.partition("=")
@@ -70,7 +62,7 @@ def parse_price(text: str) -> TokenPrice:
     missing = {"input", "cache_read", "output"} - fields.keys()
     if missing:
         raise ValueError(f"price is missing {', '.join(sorted(missing))}")
-    return TokenPrice(**fields)
+    return Rates(**fields)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -84,7 +76,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def summarize(run: PolicyRun, *, ceiling: float, price: TokenPrice | None = None) -> PolicySummary:
+def summarize(run: PolicyRun, *, ceiling: float, price: Rates | None = None) -> PolicySummary:
     """The run's numbers; ``ceiling`` is the trace's infinite-cache hit rate."""
     outcomes = run.outcomes
     replicas = run.config.replicas

@@ -19,10 +19,11 @@ import orjson
 from gateway.routing.policy import Tunables
 from gateway.tools.replay import plots
 from gateway.tools.replay.analysis import Distribution, TraceAnalysis
-from gateway.tools.replay.metrics import PolicySummary, TokenPrice
+from gateway.tools.replay.metrics import PolicySummary
 from gateway.tools.replay.offline import PolicyRun
 from gateway.tools.replay.trace import TraceRequest
 from gateway.tools.sim.timing import TimingModel
+from pricing.book import Rates
 
 CACHE_DEFINITION = (
     "token hit rate = cached prompt tokens / prompt tokens, token-weighted over all "
@@ -61,7 +62,7 @@ class ReportContext:
     timing: TimingModel
     index: str
     tunables: Tunables
-    price: TokenPrice | None
+    price: Rates | None
     version: str
     commit: str
     cpu_blocks: int = 0
@@ -225,9 +226,7 @@ def to_json(
             "tunables": asdict(context.tunables),
         },
         "definitions": {"cache": CACHE_DEFINITION, "ceiling": CEILING_DEFINITION},
-        "price_usd_per_million": None
-        if context.price is None
-        else {k: str(v) for k, v in asdict(context.price).items() if k != "id"},
+        "price_usd_per_million": None if context.price is None else context.price.to_mapping(),
         "kvgate": {"version": context.version, "commit": context.commit},
     }
 

@@ -29,7 +29,6 @@ import hashlib
 from array import array
 from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from gateway.routing.sim_tokenizer import piece_id
@@ -184,12 +183,7 @@ class Generation:
         self._schedule()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         engine = self.engine
         if self.finish_reason is None:
             self.finish_reason = FINISH_ABORT
