@@ -38,10 +38,11 @@ from typing import Any
 
 import httptools
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from gateway.errors import error_body
+from gateway.server.trailers import TRAILERS, TrailingCycle
 
 log = logging.getLogger("kvgate.connections")
 
@@ -237,6 +238,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         """A head begins: measure it anew, and time it (the first from the connection)."""
         super().on_message_begin()
+        self.scope["extensions"] = {TRAILERS: {}}
         if self._phase != _HEAD:  # the first head is timed from the connection
             self._phase = _HEAD
             self._deadline = self.loop.time() + self.limits.header_timeout_s
@@ -257,6 +259,11 @@ class GuardedProtocol(HttpToolsProtocol):
         """The request is read: no deadline until the next head begins."""
         self._phase = _IDLE
         super().on_message_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        """Serve the request with a cycle that can end a response with trailers."""
+        cycle.__class__ = TrailingCycle  # the same object, one method more (trailers.py)
+        super()._start_asgi_task(cycle, app)
 
     # -- deadlines ------------------------------------------------------------------------
 

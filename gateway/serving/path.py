@@ -29,7 +29,8 @@ from gateway.serving.admission import FREE, Admission, Admitted
 from gateway.serving.backend import Backend, NoUpstream, UpstreamEvents
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
 from gateway.serving.records import record_of
-from gateway.serving.streaming import EventStream
+from gateway.serving.replies import COST_HEADERS, cost_headers
+from gateway.serving.streaming import EventStream, Trailers
 
 T = TypeVar("T")
 
@@ -61,9 +62,11 @@ class Serving:
             plan = await backend.plan(ctx)
             if ctx.call.stream:
                 attempt, stream = await self.failover(ctx, backend, plan, backend.open, admitted)
+                kept: list[Record] = []
                 response: Response = EventStream(
-                    self.relay(ctx, backend, plan, attempt, stream, admitted),
+                    self.relay(ctx, backend, plan, attempt, stream, admitted, kept),
                     ended=lambda: self.settle_later(admitted),
+                    trailers=Trailers(COST_HEADERS, lambda: cost_headers(kept[-1]) if kept else {}),
                 )
             else:
                 attempt, answer = await self.failover(ctx, backend, plan, backend.send, admitted)
@@ -176,8 +179,10 @@ class Serving:
         attempt: Attempt,
         stream: UpstreamEvents,
         admitted: Admitted = FREE,
+        kept: list[Record] | None = None,
     ) -> AsyncGenerator[bytes, None]:
-        """Pass a stream through; record it; then its usage chunk and ``[DONE]``."""
+        """Pass a stream through; record it (onto ``kept``, for its trailers); then its usage
+        chunk and ``[DONE]``."""
         error: UpstreamError | None = None
         started = False
         try:
@@ -206,6 +211,8 @@ class Serving:
         outcome = stream.outcome(ended=error is None, error=error.message if error else None)
         expectation = backend.learn(plan, attempt, outcome)
         record = await self.keep(ctx, attempt, outcome, expectation, admitted)
+        if kept is not None:
+            kept.append(record)
         await self.settle(admitted)
         if error is not None:
             yield stream.error_event(error)

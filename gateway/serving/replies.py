@@ -36,6 +36,9 @@ def client_usage(upstream: Any, record: Record) -> dict[str, Any]:
     return usage
 
 
+COST_HEADERS = ("x-kvgate-cost", "x-kvgate-cached-tokens")
+
+
 def cost_headers(record: Record) -> dict[str, str]:
     """``x-kvgate-cost`` (the cost as in ``usage.cost``: a decimal string, absent when the
     model has no price) and ``x-kvgate-cached-tokens``, for clients that read no usage."""
@@ -49,7 +52,7 @@ def json_reply(body: dict[str, Any], upstream_usage: Any, record: Record) -> Res
     """A complete answer: the upstream's body, its usage billed, the cost in headers too.
 
     (A stream's headers leave before its cost is known: a stream has its cost in its
-    usage chunk only.)
+    usage chunk, and the same headers as trailers where the server sends them.)
     """
     body["usage"] = client_usage(upstream_usage, record)
     return Response(orjson.dumps(body), media_type="application/json", headers=cost_headers(record))

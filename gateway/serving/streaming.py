@@ -9,17 +9,32 @@ cancelled and closes the upstream call.
 
 uvicorn silently drops messages sent after a disconnect, so without the watcher an
 abandoned stream would run to its end upstream, at the deployment's expense.
+
+Where the server takes trailers (ASGI's ``http.response.trailers`` extension: ``kvgate
+serve`` does, gateway/server/trailers.py), a stream with ``trailers`` declares their names
+in a ``trailer`` header and sends them after its last event: the cost headers a whole
+answer carries, which a stream can only know once it has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+TRAILERS = "http.response.trailers"  # the ASGI extension's name
+
+
+@dataclass(frozen=True, slots=True)
+class Trailers:
+    """Fields a stream sends after its body: their names, and what they say once it ended."""
+
+    names: tuple[str, ...]
+    fields: Callable[[], Mapping[str, str]]
 
 
 class EventStream(Response):
@@ -31,8 +46,10 @@ class EventStream(Response):
         headers: Mapping[str, str] | None = None,
         *,
         ended: Callable[[], None] | None = None,
+        trailers: Trailers | None = None,
     ) -> None:
         self.body_iterator = body
+        self.trailers = trailers
         # Called once the response is over, however it ended: a body never started (the
         # client left first) runs none of its own cleanup.
         self.ended = ended
@@ -54,11 +71,25 @@ class EventStream(Response):
             sending.cancel()
 
         watcher = asyncio.get_running_loop().create_task(watch())
+        trailers = self.trailers if TRAILERS in scope.get("extensions", {}) else None
+        headers = self.raw_headers
+        if trailers is not None:
+            headers = [*headers, (b"trailer", ", ".join(trailers.names).encode("latin-1"))]
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": headers,
+                    "trailers": trailers is not None,
+                }
+            )
             async for chunk in self.body_iterator:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if trailers is not None:
+                fields = [(k.encode(), v.encode()) for k, v in trailers.fields().items()]
+                await send({"type": TRAILERS, "headers": fields, "more_trailers": False})
         except asyncio.CancelledError:
             if not left:
                 raise  # cancelled from outside (shutdown): not ours to swallow
