@@ -70,7 +70,6 @@ LOWER["gateway.api"] = LOWER["gateway.serving"] | {
     "gateway.serving",
     "gateway.billing",
     "gateway.db",
-    "gateway.server",  # the HTTP server below the handlers: its scope keys (LEAVING)
 }
 SERVICE = {unit for units in LOWER.values() for unit in units} | set(LOWER)
 LOWER["gateway.app"] = SERVICE | {"gateway.api"}

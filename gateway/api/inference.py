@@ -29,9 +29,9 @@ from gateway.api.response_ids import ResponseIds
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
-from gateway.server.connections import LEAVING
 from gateway.serving.calls import served
 from gateway.serving.context import Context
+from gateway.serving.streaming import LEAVING, tell_when_gone
 
 log = logging.getLogger("kvgate.inference")
 
@@ -107,7 +107,7 @@ async def _serve(request: Request, principal: Principal, call: Call) -> Response
     # calls LEAVING; the attempt is recorded cancelled). A stream, once it flows, watches
     # for itself (serving/streaming.py).
     scope = request.scope
-    scope[LEAVING] = partial(_left, scope, asyncio.current_task())
+    tell_when_gone(scope, partial(_left, scope, asyncio.current_task()))
     try:
         return await state.serving.serve(ctx)  # type: ignore[no-any-return]
     finally:

@@ -46,9 +46,11 @@ from gateway.server.trailers import TRAILERS, TrailingCycle
 
 log = logging.getLogger("kvgate.connections")
 
-# The scope key of what to call when the client goes before its answer is complete
-# (gateway/api/inference.py sets it).
+# The scope key of what to call when the client goes before its answer is complete (the
+# same key as gateway/serving/streaming.py's LEAVING: the handlers set it; named in the
+# scope's extensions so that they know this server calls it).
 LEAVING = "kvgate.leaving"
+GONE = "kvgate.gone"  # set in the scope when its client went (before LEAVING is called)
 TALLY_WINDOW_S = 10.0
 REFUSED_LINGER_S = 1.0  # how long an over-the-cap connection may take to send its first bytes
 
@@ -193,6 +195,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
+            cycle.scope[GONE] = True  # type: ignore[literal-required]
             leaving: Callable[[], None] | None = cycle.scope.get(LEAVING)  # type: ignore[assignment]
             if leaving is not None:
                 leaving()
@@ -238,7 +241,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         """A head begins: measure it anew, and time it (the first from the connection)."""
         super().on_message_begin()
-        self.scope["extensions"] = {TRAILERS: {}}
+        self.scope["extensions"] = {TRAILERS: {}, LEAVING: {}}
         if self._phase != _HEAD:  # the first head is timed from the connection
             self._phase = _HEAD
             self._deadline = self.loop.time() + self.limits.header_timeout_s

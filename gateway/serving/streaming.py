@@ -2,8 +2,9 @@
 
 Starlette's ``StreamingResponse`` does the same with an anyio task group per response
 (a task, a cancel scope and the group's bookkeeping), a measurable share of a streamed
-request's CPU (benchmarks/README.md). Here one asyncio task waits for
-``http.disconnect`` and cancels the task sending the stream; the body's generator sees the
+request's CPU (benchmarks/README.md). Here the server tells the stream when its client
+goes (``LEAVING``, where it offers that), or else one asyncio task waits for
+``http.disconnect``; either cancels the task sending the stream; the body's generator sees the
 cancellation at the point it waits (for the upstream, usually), records the request as
 cancelled and closes the upstream call.
 
@@ -27,6 +28,19 @@ from starlette.types import Receive, Scope, Send
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 TRAILERS = "http.response.trailers"  # the ASGI extension's name
+# Where the server says it tells a handler that its client went (``kvgate serve``'s
+# protocol, gateway/server/connections.py, which spells the same key): the scope's
+# extensions name it, and a handler that wants to know puts a callable under it in the
+# scope. A stream then needs no task of its own watching for ``http.disconnect``.
+LEAVING = "kvgate.leaving"
+GONE = "kvgate.gone"  # set in the scope by that server once the client went
+
+
+def tell_when_gone(scope: Scope, leave: Callable[[], None]) -> None:
+    """Have the server call ``leave`` when the client goes (at once if it has gone)."""
+    scope[LEAVING] = leave
+    if scope.get(GONE):
+        leave()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +77,23 @@ class EventStream(Response):
         assert sending is not None
         left = False
 
-        async def watch() -> None:
+        def leave() -> None:
             nonlocal left
-            while (await receive())["type"] != "http.disconnect":
-                pass
             left = True
             sending.cancel()
 
-        watcher = asyncio.get_running_loop().create_task(watch())
-        trailers = self.trailers if TRAILERS in scope.get("extensions", {}) else None
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            leave()
+
+        extensions = scope.get("extensions") or {}
+        watcher = None
+        if LEAVING in extensions:
+            tell_when_gone(scope, leave)
+        else:
+            watcher = asyncio.get_running_loop().create_task(watch())
+        trailers = self.trailers if TRAILERS in extensions else None
         headers = self.raw_headers
         if trailers is not None:
             headers = [*headers, (b"trailer", ", ".join(trailers.names).encode("latin-1"))]
@@ -98,6 +120,9 @@ class EventStream(Response):
             # records the cancellation and closes its upstream call.
             await self.body_iterator.aclose()
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            else:
+                scope.pop(LEAVING, None)
             if self.ended is not None:
                 self.ended()
