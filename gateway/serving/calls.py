@@ -81,7 +81,8 @@ class Call:
     """One inference request as the gateway understands it.
 
     ``body`` is the client's JSON object. The vLLM path empties it once it has encoded its
-    upstream body and routed the prompt (a large body is then not held twice).
+    upstream body and routed the prompt, a hosted one once every target's request on its
+    own wire is built (a large body is then not held twice).
     """
 
     endpoint: Endpoint
