@@ -11,6 +11,7 @@ from gateway.api.calls import Endpoint, parse_call
 from gateway.api.token_ids import LIFT_BYTES, SLICE_BYTES, lift_token_ids
 from gateway.routing.inputs import TextPrompt
 from gateway.routing.prompts import PromptHasher
+from gateway.routing.sim_tokenizer import SimTokenizer
 from gateway.routing.token_ids import TokenIds
 from gateway.serving.calls import forwardable
 
@@ -46,9 +47,11 @@ def test_a_large_prompt_of_token_ids_is_the_same_call_in_32_bit_words(sep: str) 
     assert orjson.loads(forwardable(lifted)) == whole
     assert prompt.json.decode() in forwardable(lifted).decode()
     assert prompt.text() == " ".join(str(i) for i in IDS)
-    hasher = PromptHasher(model="m", block_size=16)
-    routed = hasher.prompt(TextPrompt(prompt=prompt), "salt")
-    assert list(routed.hashes) == list(hasher.prompt(TextPrompt(prompt=IDS), "salt").hashes)
+    for tokenizer in (None, SimTokenizer()):  # text mode, and token mode (the sim's)
+        hasher = PromptHasher(model="m", block_size=16, tokenizer=tokenizer)
+        routed = hasher.prompt(TextPrompt(prompt=prompt), "salt")
+        listed = hasher.prompt(TextPrompt(prompt=IDS), "salt")
+        assert routed == listed and len(routed.hashes) > 1000
 
 
 def test_ids_are_read_in_slices_whatever_falls_on_a_slice_boundary() -> None:
