@@ -17,6 +17,7 @@ from gateway.api import schemas
 from gateway.api.attribution import end_user_of, tags_of
 from gateway.api.shapes import Shape, check
 from gateway.errors import BodyTooLarge, InvalidRequest
+from gateway.routing.token_ids import TokenIds
 from gateway.serving.calls import MAX_NESTING, Call, Endpoint, forwardable
 
 __all__ = ["MAX_NESTING", "SCHEMAS", "Call", "Endpoint", "forwardable", "parse_body", "parse_call"]
@@ -75,6 +76,8 @@ def _prompt_chars(endpoint: Endpoint, body: dict[str, Any]) -> int:
     prompt = body["prompt"] if endpoint is Endpoint.COMPLETIONS else body["input"]
     if isinstance(prompt, str):
         return len(prompt)
+    if isinstance(prompt, TokenIds):
+        return 4 * len(prompt)
     return sum(len(p) if isinstance(p, str) else 4 for p in prompt)
 
 

@@ -26,6 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.api.calls import Call, Endpoint, interaction_id, parse_body, parse_call
 from gateway.api.response_ids import ResponseIds
+from gateway.api.token_ids import LIFT_BYTES, lift_token_ids
 from gateway.auth import Principal
 from gateway.config import AnyDeployment
 from gateway.errors import BodyTooLarge, MethodNotAllowed, ModelNotFound, response_for
@@ -149,12 +150,17 @@ async def authenticate(request: Request) -> Principal:
 async def parse(request: Request, endpoint: Endpoint) -> Call:
     """The body, read within the size limit and validated into a Call.
 
-    The raw bytes go as soon as they are parsed: they are not held beside the body.
+    The raw bytes go as soon as they are parsed: they are not held beside the body. A
+    large completions prompt of token ids is read into 32-bit words, not an int object
+    each (gateway/api/token_ids.py).
     """
     limit = request.app.state.settings.max_body_bytes
     raw = await read_body(request, limit)
     size = len(raw)
-    body = parse_body(raw, limit)
+    lifted = None
+    if endpoint is Endpoint.COMPLETIONS and size >= LIFT_BYTES:
+        lifted = lift_token_ids(raw)
+    body = lifted if lifted is not None else parse_body(raw, limit)
     del raw
     headers = request.headers
     wire = [(n, headers[n]) for n in WIRE_HEADERS if endpoint.anthropic and n in headers]

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import InvalidRequest
+from gateway.routing.token_ids import TokenIds
 
 
 class Kind(StrEnum):
@@ -38,6 +39,9 @@ _KINDS: dict[type, Kind] = {
     str: Kind.STRING,
     list: Kind.ARRAY,
     dict: Kind.OBJECT,
+    # A large body's prompt of token ids, read compactly (gateway/api/token_ids.py) and
+    # checked there: an array that needs nothing more.
+    TokenIds: Kind.ARRAY,
 }
 
 

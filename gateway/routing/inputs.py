@@ -61,6 +61,6 @@ class PromptTokenizer(Protocol):
         """The token ids of a chat, rendered with the replicas' chat template."""
         ...
 
-    def completion_tokens(self, prompt: TextPrompt) -> list[int]:
-        """The token ids of a completions prompt."""
+    def completion_tokens(self, prompt: TextPrompt) -> Sequence[int]:
+        """The token ids of a completions prompt (ids given as `TokenIds`: their words)."""
         ...

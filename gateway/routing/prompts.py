@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from gateway.routing.blocks import render_chat, root_hash, text_block_hashes
 from gateway.routing.inputs import ChatPrompt, PromptInput, PromptTokenizer, TextPrompt
 from gateway.routing.load import CacheConfig
+from gateway.routing.token_ids import TokenIds
 from gateway.routing.vllm_blocks import BlockHashing
 
 log = logging.getLogger("kvgate.prompts")
@@ -120,4 +121,6 @@ def _text(source: PromptInput) -> str:
     prompt: TextPrompt = source
     if isinstance(prompt.prompt, str):
         return prompt.prompt
+    if isinstance(prompt.prompt, TokenIds):
+        return prompt.prompt.text()  # the same text, without a string per id
     return " ".join(str(p) for p in prompt.prompt)

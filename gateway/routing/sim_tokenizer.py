@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.routing.inputs import ChatPrompt, TextPrompt
+from gateway.routing.token_ids import TokenIds
 
 VOCAB_SIZE = 128_256
 GENERATION_PROMPT = "<|assistant|>\n"
@@ -97,11 +98,13 @@ class SimTokenizer:
         """A chat's token ids, as the simulated replica renders and encodes it."""
         return encode(render_chat(chat.messages))
 
-    def completion_tokens(self, prompt: TextPrompt) -> list[int]:
+    def completion_tokens(self, prompt: TextPrompt) -> Sequence[int]:
         """A completions prompt's token ids: text encoded, token ids as they are."""
         text = prompt.prompt
         if isinstance(text, str):
             return encode(text)
+        if isinstance(text, TokenIds):
+            return text.ids  # 32-bit words: no int object per id
         if text and isinstance(text[0], int):
             return [int(t) for t in text]
         return encode("".join(text))

@@ -33,6 +33,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from gateway.routing.inputs import ChatPrompt, TextPrompt
+from gateway.routing.token_ids import TokenIds
 
 SPECIAL_TOKEN_NAMES = (
     "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
@@ -145,12 +146,14 @@ class ChatTokenizer:
         """A chat's prompt token ids."""
         return self.encode(self.render(chat), add_special_tokens=chat.add_special_tokens)
 
-    def completion_tokens(self, prompt: TextPrompt) -> list[int]:
+    def completion_tokens(self, prompt: TextPrompt) -> Sequence[int]:
         """A completions prompt's token ids (the first prompt of a batch)."""
         text = prompt.prompt
         add_special = prompt.add_special_tokens
         if isinstance(text, str):
             return self.encode(text, add_special_tokens=add_special)
+        if isinstance(text, TokenIds):
+            return text.ids  # 32-bit words: no int object per id
         if isinstance(text, Sequence) and text:
             first = text[0]
             if isinstance(first, int):

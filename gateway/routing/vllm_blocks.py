@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,12 +93,15 @@ class BlockHashing:
             raise ValueError("block_size must be at least 1")
         out = list(known)
         parent = out[-1] if out else None
-        tokens = token_ids if isinstance(token_ids, tuple) else tuple(token_ids)
+        # Ids kept as machine words (`TokenIds`) become ints a block at a time, not all at once.
+        words = isinstance(token_ids, array)
+        tokens = token_ids if words or isinstance(token_ids, tuple) else tuple(token_ids)
         digest = _DIGESTS[self.algo]
         none_hash = self.none_hash
         for start in range(len(out) * block_size, len(tokens) - block_size + 1, block_size):
             extra = (("cache_salt", cache_salt),) if start == 0 and cache_salt else None
-            parent = digest((parent or none_hash, tokens[start : start + block_size], extra))
+            block = tokens[start : start + block_size]
+            parent = digest((parent or none_hash, tuple(block) if words else block, extra))
             out.append(parent)
         return out
 

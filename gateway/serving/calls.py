@@ -11,6 +11,7 @@ import orjson
 
 from gateway.config import Deployment, ProviderDeployment, ProviderTarget
 from gateway.errors import InvalidRequest
+from gateway.routing.token_ids import TokenIds
 from gateway.serving.bases import speaks_completions
 
 MAX_NESTING = 254  # levels of JSON nesting orjson writes (it reads 1024)
@@ -80,7 +81,8 @@ class Call:
     """One inference request as the gateway understands it.
 
     ``body`` is the client's JSON object. The vLLM path empties it once it has encoded its
-    upstream body and routed the prompt (a large body is then not held twice).
+    upstream body and routed the prompt, a hosted one once every target's request on its
+    own wire is built (a large body is then not held twice).
     """
 
     endpoint: Endpoint
@@ -107,8 +109,15 @@ class Call:
 def forwardable(body: dict[str, Any]) -> bytes:
     """The body as JSON for an upstream; one nested too deeply to write is a 400."""
     try:
-        return orjson.dumps(body)
+        return orjson.dumps(body, default=_as_json)
     except orjson.JSONEncodeError:
         raise InvalidRequest(
             f"request body is nested more than {MAX_NESTING} levels deep: cannot forward it"
         ) from None
+
+
+def _as_json(value: Any) -> orjson.Fragment:
+    """Token ids read compactly go out as the JSON text they came in (no int each)."""
+    if isinstance(value, TokenIds):
+        return orjson.Fragment(value.json)
+    raise TypeError(f"{type(value).__name__} is not JSON")

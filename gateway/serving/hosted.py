@@ -40,7 +40,7 @@ from gateway.serving.bases import speaks_chat
 from gateway.serving.calls import Call, Endpoint, forwardable, served, speaks, translates
 from gateway.serving.chatwire import ProviderChatStream
 from gateway.serving.context import NO_EXPECTATION, Attempt, Context, Expectation, Outcome
-from gateway.serving.passthrough import Passthrough
+from gateway.serving.passthrough import Passthrough, Prepared
 from gateway.serving.translated import TranslatedStream, Translation
 from gateway.serving.wires import WireStream
 from gateway.upstream.providers import ProviderRequest, Providers, ProviderStream
@@ -57,13 +57,28 @@ class Plan:
 
     targets: tuple[ProviderTarget, ...]
     tries: list[int] = field(init=False)  # attempt n goes to targets[tries[n - 1]]
+    # Each target's request on its own wire, built once (a retry sends the same bytes).
+    prepared: dict[int, Prepared] = field(init=False)
 
     def __post_init__(self) -> None:
         self.tries = list(range(len(self.targets)))
+        self.prepared = {}
 
     def target(self, number: int) -> ProviderTarget:
         """The target of attempt ``number``."""
         return self.targets[self.tries[number - 1]]
+
+    def request(self, call: Call, number: int, passthrough: Passthrough) -> Prepared:
+        """Attempt ``number``'s request on its target's own wire. Once every target's is
+        built, the client's parsed body is needed no more: it goes, instead of being held
+        beside the bytes sent until the provider answers (a large body is not held twice)."""
+        index = self.tries[number - 1]
+        prepared = self.prepared.get(index)
+        if prepared is None:
+            prepared = self.prepared[index] = passthrough.request(call, self.targets[index])
+            if len(self.prepared) == len(self.targets):
+                call.body.clear()
+        return prepared
 
     def again(self, number: int) -> None:
         """Attempt ``number``'s target is tried once more, as the next attempt (once)."""
@@ -127,6 +142,9 @@ class HostedBackend:
             if translates(target, ctx.call.endpoint):
                 await self.translation.ready()
                 return await self.translation.send(ctx.call, target, self._send)
+            if _same_wire(ctx.call, target):
+                prepared = plan.request(ctx.call, attempt.number, self.passthrough)
+                return await self.passthrough.send(ctx.call, target, prepared)
             return await self._send(ctx.call, target)
         except KvgateError as error:
             _unreached(plan, attempt, error)
@@ -157,6 +175,9 @@ class HostedBackend:
             if translates(target, ctx.call.endpoint):
                 await self.translation.ready()
                 return await self.translation.open(ctx.call, target, self._open)
+            if _same_wire(ctx.call, target):
+                prepared = plan.request(ctx.call, attempt.number, self.passthrough)
+                return await self.passthrough.open(ctx.call, target, prepared)
             return await self._open(ctx.call, target)
         except KvgateError as error:
             _unreached(plan, attempt, error)

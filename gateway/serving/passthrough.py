@@ -52,6 +52,8 @@ PATHS = {
     Endpoint.COUNT_TOKENS: "/v1/messages/count_tokens",
 }
 ANTHROPIC_VERSION = "2023-06-01"  # when the client named none (Anthropic's SDKs always do)
+# A request as a target is sent it: URL, body, headers.
+Prepared = tuple[str, bytes, dict[str, str]]
 
 
 def provider_body(body: Mapping[str, Any], model: str) -> bytes:
@@ -112,7 +114,11 @@ class Passthrough:
         self.session = session
         self.keys = dict(keys)
 
-    def _call(self, call: Call, target: ProviderTarget) -> tuple[str, bytes, dict[str, str]]:
+    def request(self, call: Call, target: ProviderTarget) -> Prepared:
+        """The call as ``target`` is sent it: URL, body, headers."""
+        return self._call(call, target)
+
+    def _call(self, call: Call, target: ProviderTarget) -> Prepared:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
         headers = provider_headers(target, call, key)
         if call.endpoint in OPENAI_WIRE:
@@ -124,9 +130,12 @@ class Passthrough:
             headers,
         )
 
-    async def send(self, call: Call, target: ProviderTarget) -> Answer:
-        """One call, answered whole; the answer read by the endpoint's wire."""
-        url, body, headers = self._call(call, target)
+    async def send(
+        self, call: Call, target: ProviderTarget, prepared: Prepared | None = None
+    ) -> Answer:
+        """One call (``prepared`` already, or now), answered whole; the answer read by the
+        endpoint's wire."""
+        url, body, headers = prepared or self._call(call, target)
         timeout = aiohttp.ClientTimeout(total=target.timeout_s)
         try:
             reply = await post_json(self.session, url, body, timeout=timeout, headers=headers)
@@ -139,9 +148,12 @@ class Passthrough:
             return chat_answer(data, target)
         return Answer.of(data, PROVIDER_WIRES[call.endpoint])
 
-    async def open(self, call: Call, target: ProviderTarget) -> WireStream | ProviderChatStream:
-        """One streamed call, open once the provider answered 200."""
-        url, body, headers = self._call(call, target)
+    async def open(
+        self, call: Call, target: ProviderTarget, prepared: Prepared | None = None
+    ) -> WireStream | ProviderChatStream:
+        """One streamed call (``prepared`` already, or now), open once the provider
+        answered 200."""
+        url, body, headers = prepared or self._call(call, target)
         timeout = aiohttp.ClientTimeout(total=target.timeout_s)
         upstream = UpstreamStream(self.session, url, body, timeout, headers)
         try:

@@ -46,9 +46,11 @@ class Emulator:
     fixtures: Path = FIXTURES
     event_delay_s: float = 0.0
     requests: list[Received] = field(default_factory=list)
+    keep: bool = True  # every request in ``requests`` (a process of its own reads none)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        # Bodies as large as the gateway passes on (aiohttp's own limit is 1 MiB).
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/v1/completions", self._openai)
         app.router.add_post("/v1/embeddings", self._openai)
@@ -81,7 +83,8 @@ class Emulator:
 
     async def _receive(self, request: web.Request) -> dict[str, Any]:
         body = orjson.loads(await request.read())
-        self.requests.append(Received(request.path, dict(request.headers), body))
+        if self.keep:
+            self.requests.append(Received(request.path, dict(request.headers), body))
         return body  # type: ignore[no-any-return]
 
     async def _replay(self, request: web.Request, case: str, stream: bool) -> web.StreamResponse:
@@ -129,8 +132,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--event-delay-s", type=float, default=0.0)
+    parser.add_argument(
+        "--forget-requests", action="store_true", help="keep no request (large bodies)"
+    )
     args = parser.parse_args()
-    emulator = Emulator(event_delay_s=args.event_delay_s)
+    emulator = Emulator(event_delay_s=args.event_delay_s, keep=not args.forget_requests)
     web.run_app(emulator.app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 
