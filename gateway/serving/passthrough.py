@@ -116,9 +116,6 @@ class Passthrough:
 
     def request(self, call: Call, target: ProviderTarget) -> Prepared:
         """The call as ``target`` is sent it: URL, body, headers."""
-        return self._call(call, target)
-
-    def _call(self, call: Call, target: ProviderTarget) -> Prepared:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
         headers = provider_headers(target, call, key)
         if call.endpoint in OPENAI_WIRE:
@@ -135,7 +132,7 @@ class Passthrough:
     ) -> Answer:
         """One call (``prepared`` already, or now), answered whole; the answer read by the
         endpoint's wire."""
-        url, body, headers = prepared or self._call(call, target)
+        url, body, headers = prepared or self.request(call, target)
         timeout = aiohttp.ClientTimeout(total=target.timeout_s)
         try:
             reply = await post_json(self.session, url, body, timeout=timeout, headers=headers)
@@ -153,7 +150,7 @@ class Passthrough:
     ) -> WireStream | ProviderChatStream:
         """One streamed call (``prepared`` already, or now), open once the provider
         answered 200."""
-        url, body, headers = prepared or self._call(call, target)
+        url, body, headers = prepared or self.request(call, target)
         timeout = aiohttp.ClientTimeout(total=target.timeout_s)
         upstream = UpstreamStream(self.session, url, body, timeout, headers)
         try:
