@@ -4,7 +4,8 @@ in SQL, so 10,000,000 records load in minutes rather than hours.
     records ──record_row──▶ COPY requests (secondary indexes dropped, made again after)
     requests ──INSERT … SELECT … GROUP BY──▶ usage_hours, replica_hours, ttft_hours,
                                               break_hours, deployment_hours,
-                                              interactions, interaction_cells
+                                              interactions, interaction_cells,
+                                              statement_lines, statement_cells
 
 Each statement computes what ``gateway/db/writer/rollups.py`` folds in record by record,
 and tests/test_dashboard_load.py checks that both give every rollup row for row the same.
@@ -27,7 +28,7 @@ from sqlalchemy.engine import make_url
 
 from gateway.accounting.records import Record
 from gateway.accounting.store import record_row
-from gateway.db.writer import deployments
+from gateway.db.writer import deployments, lines
 from gateway.db.writer.rollups import BUCKETS_PER_DOUBLING, HIGHEST_BUCKET, LOWEST_BUCKET
 
 HOUR = "date_trunc('hour', started_at, 'UTC')"
@@ -147,6 +148,8 @@ ROLLUPS = {
     "break_hours": (BREAK_HOURS,),
     # The statement migration 0016 fills it with, from the writer's own module.
     "deployment_hours": (deployments.backfill_sql("postgresql"),),
+    # And migration 0019's: the lines, their cells, their counts.
+    "statement_lines": lines.backfill_sql("postgresql"),
 }
 ROLLUP_TABLES = tuple(ROLLUPS)
 

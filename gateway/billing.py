@@ -278,11 +278,14 @@ def build_statement(
     end user or by a tag's value with ``group_by`` (``end_user``, ``tag:KEY``)."""
     check_period(start, end)
     grouping = parse_group_by(group_by)
-    lines = statements.statement_lines(
-        session, tenant_id=tenant.id, start=start, end=end, grouping=grouping
-    )
+    if grouping is None:  # the writer's lines (gateway/db/writer/lines.py)
+        lines = statements.rolled_lines(session, tenant_id=tenant.id, start=start, end=end)
+    else:  # split by end user or tag: from the requests
+        lines = statements.statement_lines(
+            session, tenant_id=tenant.id, start=start, end=end, grouping=grouping
+        )
     lower, upper = statements.day_bounds(start, end)
-    completed = statements.period_completed(session, tenant_id=tenant.id, lower=lower, upper=upper)
+    completed = statements.rolled_completed(session, tenant_id=tenant.id, lower=lower, upper=upper)
 
     def total(wanted: Callable[[statements.LineItem], bool]) -> Sums:
         return sum((line.sums for line in lines if wanted(line)), Sums())

@@ -16,6 +16,7 @@ from benchmarks import dashboard as bench
 from benchmarks import dashboard_load
 from gateway.accounting.records import Record, Status
 from gateway.accounting.store import insert_records
+from gateway.db.models import LINE_KEYS, StatementLineRow
 from gateway.db.session import make_engine
 from gateway.usage import Usage
 from tests.conftest import new_database
@@ -23,7 +24,7 @@ from tests.conftest import new_database
 pytestmark = pytest.mark.postgres
 RECORDS = 5_000
 BATCH = 500  # several batches: cells completed again, and spanning, in later batches
-TABLES = ("requests", *dashboard_load.ROLLUP_TABLES)
+TABLES = ("requests", *dashboard_load.ROLLUP_TABLES, "statement_cells")
 
 
 def varied(record: Record, n: int) -> Record:
@@ -79,10 +80,23 @@ def priced_late(last: Record) -> list[Record]:
     ]
 
 
+# Statement lines are numbered in the order they were first written, which differs between
+# the loads: compared by their keys, and their cells by their lines' keys.
+BY_KEY = {
+    "statement_lines": "SELECT "
+    + ", ".join(c.name for c in StatementLineRow.__table__.c if c.name != "id")
+    + " FROM statement_lines",
+    "statement_cells": (
+        f"SELECT {', '.join(f'l.{k}' for k in LINE_KEYS)}, c.interaction_id"
+        " FROM statement_cells c JOIN statement_lines l ON l.id = c.line_id"
+    ),
+}
+
+
 def rows(url: str, table: str) -> list[tuple[object, ...]]:
     engine = make_engine(url)
     with engine.connect() as connection:
-        result = connection.execute(text(f"SELECT * FROM {table}"))
+        result = connection.execute(text(BY_KEY.get(table, f"SELECT * FROM {table}")))
         found = sorted((tuple(row) for row in result), key=repr)
     engine.dispose()
     return found

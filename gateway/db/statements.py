@@ -3,6 +3,13 @@
 Everything sums in SQL (exact: see ``Money``) with the expressions of ``gateway.db.sums``,
 the same the dashboard's figures use, so the statement a tenant downloads and the figures
 the dashboard shows cannot disagree.
+
+Statements read what the writer keeps: their lines from ``statement_lines``
+(``rolled_lines``) and the period's completed interactions from the hourly cells
+(``rolled_completed``), a few hundred rows for a month whatever the traffic. Lines split by
+end user or tag come from the requests themselves (``statement_lines``), as does
+``period_completed``: the same figures from the raw rows, which the tests hold the rollups
+to.
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ from sqlalchemy.orm import Session
 
 from gateway.db import sums
 from gateway.db.crud import price_from_row
-from gateway.db.models import PriceRow, RequestRow, TenantRow
+from gateway.db.figures import spend
+from gateway.db.models import PriceRow, RequestRow, StatementLineRow, TenantRow
 from gateway.db.sums import Sums
 from pricing.book import STANDARD, Price, Rates
 from pricing.cost import NANO, write_rates
 
 COMPLETED = "completed"
 REQUESTS = RequestRow.__table__
+LINES = StatementLineRow.__table__
 # The order of a day's lines of one rate set (``gateway.usage.UsageSource``'s values).
 SOURCES = ("reported", "estimated", "missing")
 
@@ -148,6 +157,45 @@ def statement_lines(
             )
         )
     }
+    return _items(
+        session,
+        [
+            {
+                **row,
+                "completed_interactions": completed.get(tuple(row[n] for n in names), 0),
+                "line_group": row["line_group"] if grouping is not None else None,
+            }
+            for row in rows
+        ],
+    )
+
+
+def rolled_lines(session: Session, *, tenant_id: str, start: date, end: date) -> list[LineItem]:
+    """A tenant's line items for the UTC days start..end (both included), from the lines
+    the writer keeps (``gateway.db.writer.lines``): what ``statement_lines`` sums from the
+    requests, without reading them."""
+    rows = session.execute(
+        select(LINES).where(
+            LINES.c.tenant_id == tenant_id, LINES.c.day >= start, LINES.c.day <= end
+        )
+    ).mappings()
+    return _items(
+        session,
+        [
+            {
+                **row,
+                "day": row["day"].isoformat(),
+                **{name: row[name] or None for name in ("endpoint", "price_id", "rate_class")},
+                "line_group": None,
+            }
+            for row in rows
+        ],
+    )
+
+
+def _items(session: Session, rows: list[dict[str, Any]]) -> list[LineItem]:
+    """Line items of rows with a line's key, sums and completed interactions, their rates
+    and currency from their price entries, in the statement's order."""
     prices = prices_by_id(session, {row["price_id"] for row in rows if row["price_id"] is not None})
     lines = []
     for row in rows:
@@ -161,14 +209,14 @@ def statement_lines(
                 rate_class=row["rate_class"],
                 usage_source=row["usage_source"],
                 currency=price.currency if price is not None else None,
-                completed_interactions=completed.get(tuple(row[n] for n in names), 0),
+                completed_interactions=row["completed_interactions"],
                 sums=sums.from_row(row),
                 rates=(
                     applied_rates(price.rates_named(row["rate_class"] or STANDARD))
                     if price is not None
                     else None
                 ),
-                group=row["line_group"] if grouping is not None else None,
+                group=row["line_group"],
             )
         )
     # Sorted here, not in SQL: the databases order NULLs differently.
@@ -268,6 +316,15 @@ def period_completed(
         select(func.count(), func.sum(interactions.c.priced))
     ).one()
     return Completed(int(completed or 0), int(priced_ones or 0))
+
+
+def rolled_completed(
+    session: Session, *, tenant_id: str, lower: datetime, upper: datetime
+) -> Completed:
+    """``period_completed`` for whole UTC hours, from the hourly rollups: the tenant's
+    completed cells less the repeats of interactions completed in several
+    (``gateway.db.figures.spend``, the dashboard's own count)."""
+    return Completed(*spend.completed(session, spend.Scope(lower, upper, (tenant_id,))))
 
 
 def tenant_by_id(session: Session, tenant_id: str) -> TenantRow | None:

@@ -364,6 +364,18 @@ def _repeats(
     return repeats
 
 
+def completed(session: Session, scope: Scope) -> tuple[int, int]:
+    """The scope's completed interactions, and those a priced attempt completed: what
+    ``totals`` counts, without the rest of its figures."""
+    cells, priced = session.execute(
+        select(func.sum(USAGE.c.completed_cells), func.sum(USAGE.c.priced_completed_cells)).where(
+            *scope.where(USAGE)
+        )
+    ).one()
+    repeats = _repeats(session, scope, None, lambda _: "all")["all"]
+    return int(cells or 0) - repeats.cells, int(priced or 0) - repeats.priced
+
+
 def totals(session: Session, scope: Scope) -> Figures:
     """The scope's figures."""
     return _fold(session, scope, None, lambda _: "all").get("all", Figures())

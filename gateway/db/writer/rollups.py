@@ -11,6 +11,8 @@ never counts twice and rollups and requests commit or roll back together.
                  │                       (gateway/db/writer/breaks.py)
                  ├──▶ deployment_hours   tokens and cost per hour x tenant x deployment x
                  │                       endpoint (gateway/db/writer/deployments.py)
+                 ├──▶ statement_lines    a statement's lines per UTC day, with their
+                 │    statement_cells    completed interactions (gateway/db/writer/lines.py)
                  └──▶ interaction_cells  (tenant, interaction, model, hour) with a completion,
                       interactions       so distinct completed interactions stay exact (and
                                          those a priced attempt completed: ``priced`` cells)
@@ -48,10 +50,12 @@ from gateway.db.models import (
     InteractionRow,
     ReplicaHourRow,
     RequestRow,
+    StatementCellRow,
+    StatementLineRow,
     TtftHourRow,
     UsageHourRow,
 )
-from gateway.db.writer import breaks, bulk, deployments
+from gateway.db.writer import breaks, bulk, deployments, lines
 
 COMPLETED = "completed"
 UNPRICED = ""  # price_id of unpriced requests in rollup keys (key columns cannot be NULL)
@@ -69,6 +73,8 @@ READ_COLUMNS = (
     "started_at",
     "first_token_at",
     "status",
+    "usage_source",
+    "rate_class",
     *sums.TOKENS,
     "predicted_cached_tokens",
     "ceiling_cached_tokens",
@@ -235,6 +241,8 @@ def add(connection: Connection, rows: Sequence[Row], *, present: Columns | None 
     ):
         if present is None or rollup.name in present:  # not there yet: a migration's rebuild
             bulk.add_deltas(connection, rollup, deltas_of(rows, hours), keys=keys, summed=summed)
+    if present is None or lines.LINES.name in present:
+        lines.add(connection, rows, [hour.date() for hour in hours])
 
 
 def _new_cells(
@@ -368,12 +376,15 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
             InteractionCellRow.__tablename__,
             BreakHourRow.__tablename__,
             DeploymentHourRow.__tablename__,
+            StatementLineRow.__tablename__,
+            StatementCellRow.__tablename__,
         )
-        if inspector.has_table(name)  # break_hours: from 0010 on; deployment_hours: 0016
+        # break_hours: from 0010 on; deployment_hours: 0016; statement_lines: 0019
+        if inspector.has_table(name)
     }
     for model in (UsageHourRow, ReplicaHourRow, TtftHourRow, InteractionCellRow, InteractionRow):
         connection.execute(model.__table__.delete())  # type: ignore[attr-defined]
-    for later in (BreakHourRow, DeploymentHourRow):
+    for later in (BreakHourRow, DeploymentHourRow, StatementCellRow, StatementLineRow):
         if later.__tablename__ in present:
             connection.execute(later.__table__.delete())  # type: ignore[attr-defined]
     requests = RequestRow.__table__
@@ -383,8 +394,13 @@ def rebuild(connection: Connection, batch_size: int = 5000) -> int:
         requests.c[name]
         if name in stored
         # A break column not there yet is no break (NULL), not a break at offset 0; an
-        # endpoint not kept yet (before 0013) is none.
-        else (null() if name in (*breaks.COLUMNS, "endpoint") else literal(0, Integer)).label(name)
+        # endpoint not kept yet (before 0013) is none; so are a rate set and a usage source
+        # (read by statement lines alone, which come later than both).
+        else (
+            null()
+            if name in (*breaks.COLUMNS, "endpoint", "rate_class", "usage_source")
+            else literal(0, Integer)
+        ).label(name)
         for name in READ_COLUMNS
     ]
     # Tier columns are read only where they exist: absent, a request has no tier report
