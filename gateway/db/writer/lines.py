@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, Table, bindparam, text, update
 
 from gateway.db import sums
@@ -50,6 +51,17 @@ KEY_SQL = {
 }
 
 Key = tuple[Any, ...]  # a line's LINE_KEYS values
+# Postgres: a batch's cells inserted (in id order, from one JSON document) and each line's
+# count grown by the cells that were new, in one statement; the lines' rows are this
+# transaction's already (their upsert), so it waits on no other writer's row.
+COUNT_NEW_CELLS = (
+    f"WITH new AS (INSERT INTO {CELLS.name} (line_id, interaction_id)"
+    f" SELECT line_id, interaction_id FROM json_populate_recordset(NULL::{CELLS.name}, %s::json)"
+    " ON CONFLICT DO NOTHING RETURNING line_id)"
+    f" UPDATE {LINES.name} SET completed_interactions = completed_interactions + new_cells.n"
+    " FROM (SELECT line_id, count(*) AS n FROM new GROUP BY line_id) AS new_cells"
+    f" WHERE {LINES.name}.id = new_cells.line_id"
+)
 
 
 def key_of(row: Mapping[str, Any], day: date) -> Key:
@@ -105,6 +117,11 @@ def add(connection: Connection, rows: Sequence[Mapping[str, Any]], days: Sequenc
         for key, interactions in completed.items()
         for interaction in interactions
     )
+    if connection.dialect.name == "postgresql":
+        # One statement: the cells, and each line's count grown by those that were new.
+        document = orjson.dumps([{"line_id": i, "interaction_id": n} for i, n in cells]).decode()
+        connection.exec_driver_sql(COUNT_NEW_CELLS, (document,))
+        return
     new = bulk.insert_rows(
         connection,
         CELLS,
