@@ -10,6 +10,11 @@ request, with the functions that make most of them. The database writer runs in 
 process and is not counted; the journal's flush thread neither.
 
     .venv/bin/python benchmarks/callcount.py [--requests 500] [--tree DIR] [--top 25]
+        [--spend-control both]
+
+`--spend-control both` puts a month's budget and a rate limit (neither ever reached, as
+`benchmarks/overhead.py --spend-control both` does) on the benchmark's tenant: what
+spend control adds to each request, counted.
 
 `--tree DIR` runs the gateway from another checkout (a `git worktree` of an older
 commit), so two commits are compared by the same driver, upstream and requests.
@@ -39,6 +44,7 @@ from benchmarks.sidebyside import PRICE_MODEL, bench_tenant, start_nginx
 from tests.factories import config_file
 from tests.support.processes import (
     free_port,
+    kvgate,
     wait_http,
     wait_ready_to_record,
 )
@@ -113,6 +119,12 @@ def main() -> None:
     parser.add_argument("--cpu-rounds", type=int, default=3, help="CPU rounds per kind")
     parser.add_argument("--save", type=Path, help="keep the profiles here (json.prof, ...)")
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--spend-control",
+        choices=("none", "both"),
+        default="none",
+        help="both: a budget and a rate limit on the tenant, never reached",
+    )
     args = parser.parse_args()
     tree = args.tree.resolve()
     tmp = Path(tempfile.mkdtemp(prefix="kvgate-callcount-"))
@@ -122,6 +134,11 @@ def main() -> None:
         stack.callback(nginx.stop)
         database_url = stack.enter_context(scratch_database(args.database_url, "kvgate_calls_"))
         env, key = bench_tenant(database_url, tmp, PYTHONPATH=str(tree))
+        if args.spend_control == "both":
+            budget = ("--scope", "tenant:bench", "--limit", "1000000", "--period", "month")
+            kvgate("budgets", "set", *budget, env=env)
+            rates = ("--requests-per-minute", "100000000", "--tokens-per-minute", "100000000000")
+            kvgate("limits", "set", "--scope", "tenant:bench", *rates, env=env)
         models = [
             {"name": name, "replicas": urls, "policy": "kv-aware", "price_model": PRICE_MODEL}
             for name, urls in (
