@@ -21,7 +21,18 @@ from gateway.cli_corrections import prices_correct
 from gateway.cli_directory import keys_app, prices_app, tenants_app
 from gateway.cli_gpu_cost import gpu_cost_app
 from gateway.cli_reconcile import reconcile_app
-from gateway.cli_support import day, fail, sessions_for, settings
+from gateway.cli_support import (
+    ConfigOption,
+    FirstDay,
+    LastDay,
+    ModelFilter,
+    TenantOption,
+    day,
+    fail,
+    one_of,
+    sessions_for,
+    settings,
+)
 from gateway.config import ConfigError
 
 app = typer.Typer(
@@ -43,9 +54,6 @@ app.add_typer(gpu_cost_app, name="gpu-cost")
 app.command("breakers")(breakers)
 prices_app.command("correct")(prices_correct)
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
-]
 HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOption = Annotated[int, typer.Option(help="Port to listen on.")]
 
@@ -256,9 +264,9 @@ def _migrate(step: Callable[[str, str], None], revision: str) -> None:
 
 @billing_app.command("statement")
 def billing_statement(
-    tenant: Annotated[str, typer.Option(help="Tenant name.")],
-    start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
-    end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
+    tenant: TenantOption,
+    start: FirstDay,
+    end: LastDay,
     format: Annotated[str, typer.Option(help="json or csv.")] = "json",
     group_by: Annotated[
         str | None, typer.Option(help="Split lines by end_user or by tag:KEY.")
@@ -269,8 +277,7 @@ def billing_statement(
     from gateway.db import crud
     from gateway.errors import InvalidRequest
 
-    if format not in ("json", "csv"):
-        fail("--format must be json or csv")
+    one_of(format, "json", "csv", option="--format")
     with sessions_for(settings())() as session:
         try:
             statement = billing.build_statement(
@@ -287,9 +294,9 @@ def billing_statement(
 
 @app.command()
 def ceiling(
-    start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
-    end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
-    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    start: FirstDay,
+    end: LastDay,
+    model: ModelFilter = None,
 ) -> None:
     """Achieved token hit rate against the ceiling, per tenant and model, from the records.
 
