@@ -177,14 +177,19 @@ def sim(
     from gateway.tools.sim.events import KvEventsConfig
     from gateway.tools.sim.server import SimConfig
     from gateway.tools.sim.server import serve as serve_sim
-    from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
+    from gateway.tools.sim.timing import (
+        DISK_MS_PER_TOKEN,
+        HOST_MS_PER_TOKEN,
+        TimingModel,
+        block_load_ms,
+    )
 
     timing = TimingModel(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
-        cpu_block_ms=block_size * HOST_MS_PER_TOKEN if cpu_block_ms is None else cpu_block_ms,
-        disk_block_ms=block_size * DISK_MS_PER_TOKEN if disk_block_ms is None else disk_block_ms,
+        cpu_block_ms=block_load_ms(cpu_block_ms, HOST_MS_PER_TOKEN, block_size),
+        disk_block_ms=block_load_ms(disk_block_ms, DISK_MS_PER_TOKEN, block_size),
     )
     if disk_blocks and not cpu_blocks:
         fail("--disk-blocks needs --cpu-blocks: the disk tier keeps what host memory evicts")
