@@ -391,6 +391,19 @@ def trend_chart(
     )
 
 
+def bar_chart(
+    points: Sequence[Point],
+    *,
+    title: str,
+    y_title: str,
+    y_format: str = ",.0f",
+    column: DeltaGenerator | None = None,
+) -> None:
+    """A bar chart as wide as ``column`` (else the page)."""
+    draw = st.altair_chart if column is None else column.altair_chart
+    draw(charts.bars(points, title=title, y_title=y_title, y_format=y_format), width="stretch")
+
+
 def _money_chart(
     view: View,
     data: Overview,

@@ -21,7 +21,18 @@ from gateway.cli_corrections import prices_correct
 from gateway.cli_directory import keys_app, prices_app, tenants_app
 from gateway.cli_gpu_cost import gpu_cost_app
 from gateway.cli_reconcile import reconcile_app
-from gateway.cli_support import day, fail, sessions_for, settings
+from gateway.cli_support import (
+    ConfigOption,
+    FirstDay,
+    LastDay,
+    ModelFilter,
+    TenantOption,
+    day,
+    fail,
+    one_of,
+    sessions_for,
+    settings,
+)
 from gateway.config import ConfigError
 
 app = typer.Typer(
@@ -43,9 +54,6 @@ app.add_typer(gpu_cost_app, name="gpu-cost")
 app.command("breakers")(breakers)
 prices_app.command("correct")(prices_correct)
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
-]
 HostOption = Annotated[str, typer.Option(help="Address to listen on.")]
 PortOption = Annotated[int, typer.Option(help="Port to listen on.")]
 
@@ -169,14 +177,19 @@ def sim(
     from gateway.tools.sim.events import KvEventsConfig
     from gateway.tools.sim.server import SimConfig
     from gateway.tools.sim.server import serve as serve_sim
-    from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
+    from gateway.tools.sim.timing import (
+        DISK_MS_PER_TOKEN,
+        HOST_MS_PER_TOKEN,
+        TimingModel,
+        block_load_ms,
+    )
 
     timing = TimingModel(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
-        cpu_block_ms=block_size * HOST_MS_PER_TOKEN if cpu_block_ms is None else cpu_block_ms,
-        disk_block_ms=block_size * DISK_MS_PER_TOKEN if disk_block_ms is None else disk_block_ms,
+        cpu_block_ms=block_load_ms(cpu_block_ms, HOST_MS_PER_TOKEN, block_size),
+        disk_block_ms=block_load_ms(disk_block_ms, DISK_MS_PER_TOKEN, block_size),
     )
     if disk_blocks and not cpu_blocks:
         fail("--disk-blocks needs --cpu-blocks: the disk tier keeps what host memory evicts")
@@ -256,9 +269,9 @@ def _migrate(step: Callable[[str, str], None], revision: str) -> None:
 
 @billing_app.command("statement")
 def billing_statement(
-    tenant: Annotated[str, typer.Option(help="Tenant name.")],
-    start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
-    end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
+    tenant: TenantOption,
+    start: FirstDay,
+    end: LastDay,
     format: Annotated[str, typer.Option(help="json or csv.")] = "json",
     group_by: Annotated[
         str | None, typer.Option(help="Split lines by end_user or by tag:KEY.")
@@ -269,8 +282,7 @@ def billing_statement(
     from gateway.db import crud
     from gateway.errors import InvalidRequest
 
-    if format not in ("json", "csv"):
-        fail("--format must be json or csv")
+    one_of(format, "json", "csv", option="--format")
     with sessions_for(settings())() as session:
         try:
             statement = billing.build_statement(
@@ -287,9 +299,9 @@ def billing_statement(
 
 @app.command()
 def ceiling(
-    start: Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")],
-    end: Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")],
-    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    start: FirstDay,
+    end: LastDay,
+    model: ModelFilter = None,
 ) -> None:
     """Achieved token hit rate against the ceiling, per tenant and model, from the records.
 

@@ -11,7 +11,16 @@ import orjson
 import typer
 
 from gateway.cli_directory import tenants_app
-from gateway.cli_support import fail, publish, sessions_for, settings
+from gateway.cli_support import (
+    ModelFilter,
+    TableOrJson,
+    TenantOption,
+    fail,
+    one_of,
+    publish,
+    sessions_for,
+    settings,
+)
 
 HOUR = timedelta(hours=1)
 
@@ -34,11 +43,11 @@ def floor_hour(at: datetime) -> datetime:
 
 def breakers(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant (by name).")] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    model: ModelFilter = None,
     since: Annotated[
         str | None, typer.Option(help="From this UTC day or moment (its hour); default: all.")
     ] = None,
-    format: Annotated[str, typer.Option(help="table or json.")] = "table",
+    format: TableOrJson = "table",
 ) -> None:
     """Prefix breakers: where prompts leave their interaction's previous request.
 
@@ -51,8 +60,7 @@ def breakers(
     from gateway.db.figures.spend import Scope
     from gateway.db.lookups import tenant_names
 
-    if format not in ("table", "json"):
-        fail("--format must be table or json")
+    one_of(format, "table", "json", option="--format")
     lower = (
         floor_hour(moment(since, option="--since")) if since else datetime(2000, 1, 1, tzinfo=UTC)
     )
@@ -88,7 +96,7 @@ def breakers(
 
 @tenants_app.command("set-capture")
 def tenants_set_capture(
-    tenant: Annotated[str, typer.Option(help="Tenant name.")],
+    tenant: TenantOption,
     break_context: Annotated[
         str,
         typer.Option(
@@ -101,8 +109,7 @@ def tenants_set_capture(
     """Opt a tenant in to (or out of) keeping the text around its prefix breaks."""
     from gateway.db import crud
 
-    if break_context not in ("on", "off"):
-        fail("--break-context must be on or off")
+    one_of(break_context, "on", "off", option="--break-context")
     capture = break_context == "on"
     deleted = publish(lambda session: crud.set_break_context(session, name=tenant, capture=capture))
     if capture:

@@ -11,7 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli_support import day, fail, publish, sessions_for, settings
+from gateway.cli_support import (
+    ModelFilter,
+    TenantArgument,
+    TenantOption,
+    day,
+    fail,
+    publish,
+    sessions_for,
+    settings,
+)
 
 tenants_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys (stored hashed; shown once).", no_args_is_help=True)
@@ -20,7 +29,7 @@ prices_app = typer.Typer(help="The dated price book.", no_args_is_help=True)
 
 @tenants_app.command("create")
 def tenants_create(
-    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    name: TenantArgument,
     cache_group: Annotated[
         str | None, typer.Option(help="Share the KV cache with this group.")
     ] = None,
@@ -36,7 +45,7 @@ def tenants_create(
 
 @tenants_app.command("set-group")
 def tenants_set_group(
-    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    name: TenantArgument,
     cache_group: Annotated[str | None, typer.Option(help="Group name; omit to isolate.")] = None,
 ) -> None:
     """Put a tenant into an explicit KV-cache sharing group, or back into its own scope."""
@@ -47,7 +56,7 @@ def tenants_set_group(
 
 
 @keys_app.command("create")
-def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name.")]) -> None:
+def keys_create(tenant: TenantOption) -> None:
     """Issue an API key; the key is printed once, alone on the last line. It works on every
     gateway sharing the database once this returns."""
     from gateway.db import crud
@@ -261,7 +270,7 @@ def prices_import_litellm(
 
 
 @prices_app.command("list")
-def prices_list(model: Annotated[str | None, typer.Option(help="Only this model.")] = None) -> None:
+def prices_list(model: ModelFilter = None) -> None:
     """The price book, oldest entry first per model."""
     from gateway.db import crud
 

@@ -14,7 +14,7 @@ import orjson
 import typer
 
 from gateway.cli_breakers import floor_hour, moment
-from gateway.cli_support import fail, sessions_for, settings
+from gateway.cli_support import ConfigOption, TableOrJson, fail, one_of, sessions_for, settings
 from gateway.config import ConfigError, Deployment
 
 HOUR = timedelta(hours=1)
@@ -88,9 +88,7 @@ def gpu_cost_set(
             "output prices of 4-5 x input)."
         ),
     ] = "4",
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
-    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Add a dated GPU cost of a vLLM deployment; it holds until the deployment's next."""
     from gateway.db.gpu_costs import GpuCost, add_gpu_cost
@@ -162,7 +160,7 @@ def gpu_cost_report(
             help="Before this UTC day or moment (its hour); default: the end of this hour."
         ),
     ] = None,
-    format: Annotated[str, typer.Option(help="table or json.")] = "table",
+    format: TableOrJson = "table",
 ) -> None:
     """Per vLLM deployment and tenant: cost to serve, charged, margin and what the cache
     saved; each deployment's idle hours on a line of their own (USD)."""
@@ -170,8 +168,7 @@ def gpu_cost_report(
     from gateway.db.gpu_costs import gpu_costs
     from gateway.db.lookups import tenant_names
 
-    if format not in ("table", "json"):
-        fail("--format must be table or json")
+    one_of(format, "table", "json", option="--format")
     upper = (
         floor_hour(moment(until, option="--until"))
         if until

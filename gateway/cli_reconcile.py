@@ -16,7 +16,7 @@ import orjson
 import typer
 
 from gateway.cli_breakers import moment
-from gateway.cli_support import day, fail, sessions_for, settings
+from gateway.cli_support import TableOrJson, day, fail, one_of, sessions_for, settings
 
 if TYPE_CHECKING:
     from gateway.invoices.compare import Compared, Side, Variance
@@ -44,7 +44,7 @@ def reconcile_replicas(
     until: Annotated[str | None, typer.Option(help="Up to this UTC day or moment (now).")] = None,
     window: Annotated[str, typer.Option(help="Window length: 15m, 1h, 1d, seconds.")] = "1h",
     replica: Annotated[str | None, typer.Option(help="Only this replica (its URL).")] = None,
-    format: Annotated[str, typer.Option(help="table or json.")] = "table",
+    format: TableOrJson = "table",
 ) -> None:
     """kvgate's records per vLLM replica and window against the replica's own counters.
 
@@ -54,8 +54,7 @@ def reconcile_replicas(
     """
     from gateway.db.figures.reconcile import DRIFT_LIMIT, reconcile
 
-    if format not in ("table", "json"):
-        fail("--format must be table or json")
+    one_of(format, "table", "json", option="--format")
     lower = moment(since, option="--since")
     upper = moment(until, option="--until") if until else datetime.now(UTC)
     if upper <= lower:
@@ -147,7 +146,7 @@ def reconcile_invoice(
     until: Annotated[
         str | None, typer.Option(help="Last UTC day, YYYY-MM-DD (default: the file's last).")
     ] = None,
-    format: Annotated[str, typer.Option(help="table or json.")] = "table",
+    format: TableOrJson = "table",
 ) -> None:
     """kvgate's records of a provider's hosted models against the provider's own bill.
 
@@ -160,8 +159,7 @@ def reconcile_invoice(
     from gateway.invoices.reading import PROVIDERS, load_bill
     from gateway.invoices.shapes import InvoiceError, Tokens
 
-    if format not in ("table", "json"):
-        fail("--format must be table or json")
+    one_of(format, "table", "json", option="--format")
     if provider not in PROVIDERS:
         fail(f"--provider must be {' or '.join(PROVIDERS)}, not {provider!r}")
     first, last = _day(since, "--since"), _day(until, "--until")

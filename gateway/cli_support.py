@@ -1,11 +1,12 @@
-"""What every ``kvgate`` command uses: its settings, its database, and how it fails."""
+"""What every ``kvgate`` command uses: its settings, its database, how it fails, and the
+options more than one command takes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -15,6 +16,18 @@ if TYPE_CHECKING:
     from gateway.db.session import Session, SessionFactory
 
 T = TypeVar("T")
+
+# Options (and an argument) that several commands take, declared once; each command's
+# parameter name is still its flag.
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Deployments file (kvgate.yaml).")
+]
+TenantOption = Annotated[str, typer.Option(help="Tenant name.")]
+TenantArgument = Annotated[str, typer.Argument(help="Tenant name.")]
+ModelFilter = Annotated[str | None, typer.Option(help="Only this model.")]
+FirstDay = Annotated[str, typer.Option(help="First UTC day, YYYY-MM-DD.")]
+LastDay = Annotated[str, typer.Option(help="Last UTC day, YYYY-MM-DD.")]
+TableOrJson = Annotated[str, typer.Option(help="table or json.")]
 
 
 def settings(config: Path | None = None) -> Settings:
@@ -62,6 +75,13 @@ def fail(message: str) -> NoReturn:
     """Print an error and exit with status 2 (a usage or data error)."""
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(2)
+
+
+def one_of(value: str, *allowed: str, option: str) -> str:
+    """``value`` if it is one of ``allowed``; anything else fails (exit 2) naming the option."""
+    if value not in allowed:
+        fail(f"{option} must be {' or '.join(allowed)}")
+    return value
 
 
 def day(text: str, *, option: str) -> date:

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import streamlit as st
 
-from dashboard import charts, context, data, formatting, tables
+from dashboard import charts, context, data, formatting, panels, tables
 from dashboard.charts import Point
 from dashboard.view import View
 from pricing.book import Price
@@ -148,14 +148,11 @@ else:
                     formatting.money(r.paid_input_rate, r.currency),
                 )
             )
-    st.altair_chart(
-        charts.bars(
-            bars,
-            title="Input rate per 1M tokens: list vs paid",
-            y_title="per 1M tokens",
-            y_format=",.3f",
-        ),
-        width="stretch",
+    panels.bar_chart(
+        bars,
+        title="Input rate per 1M tokens: list vs paid",
+        y_title="per 1M tokens",
+        y_format=",.3f",
     )
 
 st.header("Unpriced requests")

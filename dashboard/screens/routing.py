@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import streamlit as st
 
-from dashboard import charts, context, data, formatting, panels, tables
+from dashboard import context, data, formatting, panels, tables
 from dashboard.charts import Point
 from gateway.db.figures.replicas import Replica
 from gateway.db.figures.spend import EXACT, ratio
@@ -100,22 +100,18 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
         for r in routing.replicas
         for kind, value in (("attempts", r.figures.requests), ("failed", r.figures.failed_requests))
     ]
-    left.altair_chart(
-        charts.bars(load, title="Load per replica", y_title="attempts"), width="stretch"
-    )
+    panels.bar_chart(load, title="Load per replica", y_title="attempts", column=left)
     hits = [
         Point(where(r), "token hit rate", float(r.figures.hit_rate))
         for r in routing.replicas
         if r.figures.hit_rate is not None
     ]
-    right.altair_chart(
-        charts.bars(
-            hits,
-            title="Token hit rate per replica",
-            y_title="share of prompt tokens read from cache",
-            y_format=".0%",
-        ),
-        width="stretch",
+    panels.bar_chart(
+        hits,
+        title="Token hit rate per replica",
+        y_title="share of prompt tokens read from cache",
+        y_format=".0%",
+        column=right,
     )
 
     st.header("Predicted vs reported cached tokens")
@@ -131,13 +127,10 @@ if context.has_traffic(ctx, in_view=bool(routing.replicas)):
                 ("reported", r.figures.predicted_cache_read_tokens),
             )
         ]
-        st.altair_chart(
-            charts.bars(
-                points,
-                title="Cached tokens: predicted by the router vs reported by the replica",
-                y_title="tokens",
-            ),
-            width="stretch",
+        panels.bar_chart(
+            points,
+            title="Cached tokens: predicted by the router vs reported by the replica",
+            y_title="tokens",
         )
         accuracy = ratio(
             sum(r.figures.predicted_cache_read_tokens for r in predicted),

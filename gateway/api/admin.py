@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,10 +19,12 @@ from gateway.api.billing import (
 from gateway.api.deps import AdminDep, SessionDep
 from gateway.api.openapi import ADMIN_TOKEN, errors
 from gateway.db import changes, crud
+from gateway.db.session import Session
 
 log = logging.getLogger("kvgate.admin")
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=errors(400, 401, 404))
 SECURED: dict[str, Any] = {"security": [{ADMIN_TOKEN: []}]}
+T = TypeVar("T")
 
 
 @router.get(
@@ -73,13 +76,17 @@ class KeyList(BaseModel):
     data: list[Key]
 
 
-def _noted(published: changes.Published) -> None:
+def publish(request: Request, work: Callable[[Session], T]) -> T:
+    """Run a change in the database and return once every gateway applies it; log the
+    gateway processes that did not confirm it in time."""
+    result, published = changes.publish(request.app.state.sessions, work)
     if published.unconfirmed:
         log.warning(
             "key change not confirmed within %.0f s by: %s (they apply it when they do)",
             changes.CONFIRM_TIMEOUT_S,
             ", ".join(published.unconfirmed),
         )
+    return result
 
 
 def _key(info: crud.KeyInfo) -> Key:
@@ -89,11 +96,7 @@ def _key(info: crud.KeyInfo) -> Key:
 @router.post("/keys", status_code=201, openapi_extra=SECURED)
 def create_key(_: AdminDep, request: Request, body: NewKey) -> IssuedKey:
     """Issue a key for a tenant; it works on every gateway once this returns."""
-    issued, published = changes.publish(
-        request.app.state.sessions,
-        lambda session: crud.create_key(session, tenant_name=body.tenant),
-    )
-    _noted(published)
+    issued = publish(request, lambda session: crud.create_key(session, tenant_name=body.tenant))
     return IssuedKey(id=issued.id, key=issued.key, tenant=issued.tenant, created=issued.created_at)
 
 
@@ -106,9 +109,6 @@ def list_keys(_: AdminDep, session: SessionDep, tenant: str | None = None) -> Ke
 @router.delete("/keys/{key_id}", openapi_extra=SECURED)
 def revoke_key(_: AdminDep, request: Request, key_id: str) -> Key:
     """Revoke a key; refused on every gateway once this returns (again: no change)."""
-    info, published = changes.publish(
-        request.app.state.sessions, lambda session: crud.revoke_key(session, key_id=key_id)
-    )
-    _noted(published)
+    info = publish(request, lambda session: crud.revoke_key(session, key_id=key_id))
     request.app.state.keys.revoke_local(key_id)
     return _key(info)

@@ -10,7 +10,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.admin import SECURED, _noted
+from gateway.api.admin import SECURED, publish
 from gateway.api.deps import AdminDep, SessionDep, TenantDep
 from gateway.api.openapi import TENANT_KEY, errors
 from gateway.budgets import (
@@ -25,7 +25,7 @@ from gateway.budgets import (
     parse_scope,
     reset_text,
 )
-from gateway.db import changes, spend
+from gateway.db import spend
 from gateway.db.session import Session
 
 admin_router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=errors(400, 401, 404))
@@ -104,8 +104,8 @@ def set_budget(_: AdminDep, request: Request, body: NewBudget) -> BudgetOut:
     scope = parse_scope(body.scope)
     limit = parse_limit(body.limit)
     alerts = parse_alerts(tuple(body.alert_at))
-    budget, published = changes.publish(
-        request.app.state.sessions,
+    budget = publish(
+        request,
         lambda session: spend.set_budget(
             session,
             scope=scope,
@@ -116,7 +116,6 @@ def set_budget(_: AdminDep, request: Request, body: NewBudget) -> BudgetOut:
             webhook=body.webhook,
         ),
     )
-    _noted(published)
     with request.app.state.sessions() as session:
         return budget_out(session, budget, datetime.now(UTC))
 
@@ -131,11 +130,7 @@ def list_budgets(_: AdminDep, session: SessionDep) -> BudgetList:
 @admin_router.delete("/budgets/{budget_id}", openapi_extra=SECURED)
 def delete_budget(_: AdminDep, request: Request, budget_id: str) -> BudgetOut:
     """Remove a budget; no gateway enforces it once this returns."""
-    budget, published = changes.publish(
-        request.app.state.sessions,
-        lambda session: spend.delete_budget(session, budget_id=budget_id),
-    )
-    _noted(published)
+    budget = publish(request, lambda session: spend.delete_budget(session, budget_id=budget_id))
     return _settings_out(budget)
 
 
@@ -182,8 +177,8 @@ def limit_out(limit: RateLimit) -> LimitOut:
 def set_limit(_: AdminDep, request: Request, body: NewLimit) -> LimitOut:
     """Set a rate limit; enforced on every gateway once this returns."""
     scope = parse_scope(body.scope, allowed=LIMITABLE)
-    limit, published = changes.publish(
-        request.app.state.sessions,
+    limit = publish(
+        request,
         lambda session: spend.set_limit(
             session,
             scope=scope,
@@ -191,7 +186,6 @@ def set_limit(_: AdminDep, request: Request, body: NewLimit) -> LimitOut:
             tokens_per_minute=body.tokens_per_minute,
         ),
     )
-    _noted(published)
     return limit_out(limit)
 
 
@@ -204,8 +198,5 @@ def list_limits(_: AdminDep, session: SessionDep) -> LimitList:
 @admin_router.delete("/limits/{limit_id}", openapi_extra=SECURED)
 def delete_limit(_: AdminDep, request: Request, limit_id: str) -> LimitOut:
     """Remove a rate limit; no gateway enforces it once this returns."""
-    limit, published = changes.publish(
-        request.app.state.sessions, lambda session: spend.delete_limit(session, limit_id=limit_id)
-    )
-    _noted(published)
+    limit = publish(request, lambda session: spend.delete_limit(session, limit_id=limit_id))
     return limit_out(limit)

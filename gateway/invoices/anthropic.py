@@ -16,61 +16,50 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-from gateway.invoices.shapes import (
-    UNATTRIBUTED,
-    Bill,
-    InvoiceError,
-    Tally,
-    Tokens,
-    count,
-    decimal,
-    mapping,
-    tally_pages,
-    text,
-)
+from gateway.invoices import shapes
 
 CENTS = Decimal(100)
 
 
-def read_anthropic(document: Any) -> Bill:
+def read_anthropic(document: Any) -> shapes.Bill:
     """The bill an Anthropic usage and/or cost report (parsed JSON) adds up to."""
-    tally = tally_pages(document, "Anthropic", _day, _result)
+    tally = shapes.tally_pages(document, "Anthropic", _day, _result)
     return tally.bill("anthropic", counts_requests=False)
 
 
-def _result(tally: Tally, day: date, result: Mapping[str, Any], where: str) -> None:
-    model = text(result, "model", where)
+def _result(tally: shapes.Tally, day: date, result: Mapping[str, Any], where: str) -> None:
+    model = shapes.text(result, "model", where)
     if "amount" in result:
         tally.has_costs = True
-        currency = text(result, "currency", where)
+        currency = shapes.text(result, "currency", where)
         if currency is not None and currency.upper() != "USD":
-            raise InvoiceError(f"{where}.currency is {currency!r}: kvgate reads USD only")
-        cents = decimal(result["amount"], f"{where}.amount")
-        tally.add_cost(day, model or UNATTRIBUTED, cents / CENTS)
+            raise shapes.InvoiceError(f"{where}.currency is {currency!r}: kvgate reads USD only")
+        cents = shapes.decimal(result["amount"], f"{where}.amount")
+        tally.add_cost(day, model or shapes.UNATTRIBUTED, cents / CENTS)
         return
     tally.has_usage = True
     if model is None:
-        raise InvoiceError(f"{where} names no model: export usage with group_by[]=model")
-    written = result.get("cache_creation")
-    writes = mapping(written, f"{where}.cache_creation") if written is not None else {}
-    tokens = Tokens(
-        uncached_tokens=count(result, "uncached_input_tokens", where),
-        cache_read_tokens=count(result, "cache_read_input_tokens", where),
-        cache_write_tokens=count(writes, "ephemeral_5m_input_tokens", f"{where}.cache_creation")
-        + count(writes, "ephemeral_1h_input_tokens", f"{where}.cache_creation"),
-        output_tokens=count(result, "output_tokens", where),
+        raise shapes.InvoiceError(f"{where} names no model: export usage with group_by[]=model")
+    written, at = result.get("cache_creation"), f"{where}.cache_creation"
+    writes = shapes.mapping(written, at) if written is not None else {}
+    tokens = shapes.Tokens(
+        uncached_tokens=shapes.count(result, "uncached_input_tokens", where),
+        cache_read_tokens=shapes.count(result, "cache_read_input_tokens", where),
+        cache_write_tokens=shapes.count(writes, "ephemeral_5m_input_tokens", at)
+        + shapes.count(writes, "ephemeral_1h_input_tokens", at),
+        output_tokens=shapes.count(result, "output_tokens", where),
     )
     tally.add_usage(day, model, tokens, 0)
 
 
 def _day(bucket: Mapping[str, Any], where: str) -> date:
-    start = text(bucket, "starting_at", where)
+    start = shapes.text(bucket, "starting_at", where)
     try:
         if start is None:
             raise ValueError
         moment = datetime.fromisoformat(start.replace("Z", "+00:00"))
     except ValueError:
-        raise InvoiceError(
+        raise shapes.InvoiceError(
             f"{where}.starting_at must be an RFC 3339 moment, not {start!r}"
         ) from None
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -29,6 +29,8 @@ from typing import Any, Protocol
 import orjson
 import xxhash
 
+from gateway.routing.inputs import content_text
+
 # About one vLLM block (16 tokens) of English text at ~4 characters per token; finer
 # chunks cost hashing time (~0.3 ms for 128,000 characters at 64) for little routing gain.
 DEFAULT_CHUNK_CHARS = 64
@@ -129,7 +131,7 @@ def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
             pieces.append(_FIELD)
             pieces.append(str(name))
         pieces.append(_FIELD)
-        pieces.append(_render_content(message.get("content")))
+        pieces.append(content_text(message.get("content"), _part_text, ""))
         tool_calls = message.get("tool_calls")
         if tool_calls:
             pieces.append(_FIELD)
@@ -138,18 +140,11 @@ def render_chat(messages: Sequence[Mapping[str, Any]]) -> str:
     return "".join(pieces)
 
 
-def _render_content(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, Mapping) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-        else:
-            parts.append(_stable_json(part))
-    return "".join(parts)
+def _part_text(part: Any) -> str:
+    """A text part verbatim; any other part by its stable JSON form."""
+    if isinstance(part, Mapping) and part.get("type") == "text":
+        return str(part.get("text", ""))
+    return _stable_json(part)
 
 
 def _stable_json(value: Any) -> str:

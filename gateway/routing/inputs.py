@@ -17,7 +17,7 @@ all routing needs of one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -47,6 +47,16 @@ class TextPrompt:
 
 
 PromptInput: TypeAlias = ChatPrompt | TextPrompt
+
+
+def content_text(content: Any, part: Callable[[Any], str], separator: str) -> str:
+    """A chat message's content as text: none is empty, a string is itself, and a list of
+    content parts is each part's text (as ``part`` renders it) joined by ``separator``."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return separator.join(map(part, content))
 
 
 class PromptTokenizer(Protocol):

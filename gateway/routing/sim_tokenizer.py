@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.routing.inputs import ChatPrompt, TextPrompt
+from gateway.routing.inputs import ChatPrompt, TextPrompt, content_text
 from gateway.routing.token_ids import TokenIds
 
 VOCAB_SIZE = 128_256
@@ -72,14 +72,10 @@ def render_chat(
 
 
 def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        # vLLM joins text parts with newlines for string-format chat templates.
-        return "\n".join(_part_text(part) for part in content)
-    raise TemplateError("message 'content' must be a string or a list of content parts")
+    if content is not None and not isinstance(content, str | list):
+        raise TemplateError("message 'content' must be a string or a list of content parts")
+    # vLLM joins text parts with newlines for string-format chat templates.
+    return content_text(content, _part_text, "\n")
 
 
 def _part_text(part: Any) -> str:

@@ -29,7 +29,13 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.routing.breaks import PrefixBreak, measure
-from gateway.routing.inputs import ChatPrompt, PromptInput, PromptTokenizer, TextPrompt
+from gateway.routing.inputs import (
+    ChatPrompt,
+    PromptInput,
+    PromptTokenizer,
+    TextPrompt,
+    content_text,
+)
 from gateway.routing.prompts import Prompt
 from gateway.usage import Usage, UsageSource
 
@@ -233,21 +239,16 @@ def readable(source: PromptInput) -> str | None:
     if chat.tools:
         parts.append("tools: " + orjson.dumps(list(chat.tools)).decode() + "\n")
     for message in chat.messages:
-        parts.append(f"{message.get('role', '')}: {_text(message.get('content'))}\n")
+        text = content_text(message.get("content"), _part_text, "\n")
+        parts.append(f"{message.get('role', '')}: {text}\n")
         calls = message.get("tool_calls")
         if calls:
             parts.append(orjson.dumps(calls).decode() + "\n")
     return "".join(parts)
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        str(part.get("text", "")) if isinstance(part, Mapping) else str(part) for part in content
-    )
+def _part_text(part: Any) -> str:
+    return str(part.get("text", "")) if isinstance(part, Mapping) else str(part)
 
 
 def renderer(tokenizer: PromptTokenizer | None) -> Render:

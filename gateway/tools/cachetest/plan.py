@@ -34,36 +34,34 @@ class Plan:
         return self if words is None else replace(self, prompt_words=words)
 
 
-PLANS = {
-    "quick": Plan(
-        name="quick",
-        prompt_words=1024,
-        cold_warm_prompts=8,
-        partial_steps=(0, 25, 50, 75, 100),
-        partial_repeats=1,
-        concurrency_levels=(1, 4, 16, 64),
-        concurrency_rounds=2,
-        shared_prefix_percent=75,
-        eviction_max_prompts=64,
-        eviction_refinements=1,
-        audit_samples=16,
-        audit_batch=4,
-    ),
-    "full": Plan(
-        name="full",
-        prompt_words=2048,
-        cold_warm_prompts=24,
-        partial_steps=(0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
-        partial_repeats=3,
-        concurrency_levels=(1, 4, 16, 64),
-        concurrency_rounds=4,
-        shared_prefix_percent=75,
-        eviction_max_prompts=512,
-        eviction_refinements=3,
-        audit_samples=48,
-        audit_batch=4,
-    ),
-}
+QUICK = Plan(
+    name="quick",
+    prompt_words=1024,
+    cold_warm_prompts=8,
+    partial_steps=(0, 25, 50, 75, 100),
+    partial_repeats=1,
+    concurrency_levels=(1, 4, 16, 64),
+    concurrency_rounds=2,
+    shared_prefix_percent=75,
+    eviction_max_prompts=64,
+    eviction_refinements=1,
+    audit_samples=16,
+    audit_batch=4,
+)
+# The same concurrency levels, shared prefix and audit batch; more of everything else.
+FULL = replace(
+    QUICK,
+    name="full",
+    prompt_words=2048,
+    cold_warm_prompts=24,
+    partial_steps=(0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100),
+    partial_repeats=3,
+    concurrency_rounds=4,
+    eviction_max_prompts=512,
+    eviction_refinements=3,
+    audit_samples=48,
+)
+PLANS = {plan.name: plan for plan in (QUICK, FULL)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,12 @@ from gateway.tools.replay.report import (
 )
 from gateway.tools.replay.report import write_report as write_report_files
 from gateway.tools.replay.trace import TraceRequest, load_trace
-from gateway.tools.sim.timing import DISK_MS_PER_TOKEN, HOST_MS_PER_TOKEN, TimingModel
+from gateway.tools.sim.timing import (
+    DISK_MS_PER_TOKEN,
+    HOST_MS_PER_TOKEN,
+    TimingModel,
+    block_load_ms,
+)
 from pricing.book import Rates
 
 DEFAULT_POLICIES = "kv-aware,round-robin,least-loaded,random"
@@ -157,8 +162,10 @@ def replay(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
         max_num_seqs=max_num_seqs,
-        cpu_block_ms=_load_ms(cpu_block_ms, HOST_MS_PER_TOKEN, block_tokens) if cpu_blocks else 0.0,
-        disk_block_ms=_load_ms(disk_block_ms, DISK_MS_PER_TOKEN, block_tokens)
+        cpu_block_ms=block_load_ms(cpu_block_ms, HOST_MS_PER_TOKEN, block_tokens)
+        if cpu_blocks
+        else 0.0,
+        disk_block_ms=block_load_ms(disk_block_ms, DISK_MS_PER_TOKEN, block_tokens)
         if disk_blocks
         else 0.0,
     )
@@ -249,10 +256,6 @@ def _policies(text: str) -> list[str]:
             param_hint="--policies",
         )
     return names
-
-
-def _load_ms(given: float | None, per_token: float, block_tokens: int) -> float:
-    return block_tokens * per_token if given is None else given
 
 
 def _gateways(text: str) -> list[int]:

@@ -29,6 +29,11 @@ HOST_MS_PER_TOKEN = 2.7 / 512
 DISK_MS_PER_TOKEN = 11.0 / 512
 
 
+def block_load_ms(given: float | None, per_token: float, block_tokens: int) -> float:
+    """A block's load time from a lower tier: the one given, else per token x the block's."""
+    return block_tokens * per_token if given is None else given
+
+
 @dataclass(frozen=True, slots=True)
 class TimingModel:
     """Prefill and decode rates and the concurrency limit of one replica."""
