@@ -33,37 +33,13 @@ depends_on: str | Sequence[str] | None = None
 
 MONEY = sa.Numeric(precision=18, scale=9)
 KEYS = ("tenant_id", "day", "model", "endpoint", "price_id", "rate_class", "usage_source")
-SUMMED = (
-    "requests",
+TOKENS = (
     "uncached_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
-    "output_tokens",
     "cache_write_1h_tokens",
-    "completed_interactions",
+    "output_tokens",
 )
-INDEX = "ix_requests_tenant_started"
-# 0017's INCLUDE list, for the downgrade.
-COVERED = [
-    "model",
-    "endpoint",
-    "price_id",
-    "rate_class",
-    "usage_source",
-    "status",
-    "interaction_id",
-    "uncached_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_1h_tokens",
-    "output_tokens",
-    "cost_uncached",
-    "cost_cache_read",
-    "cost_cache_write",
-    "cost_output",
-    "cost_total",
-    "cost_uncached_equivalent",
-]
 COSTS = (
     "cost_uncached",
     "cost_cache_read",
@@ -72,6 +48,13 @@ COSTS = (
     "cost_total",
     "cost_uncached_equivalent",
 )
+SUMMED = ("requests", *TOKENS, "completed_interactions")
+INDEX = "ix_requests_tenant_started"
+# 0017's INCLUDE list, for the downgrade.
+COVERED = [
+    *("model", "endpoint", "price_id", "rate_class", "usage_source", "status"),
+    *("interaction_id", *TOKENS, *COSTS),
+]
 
 
 def upgrade() -> None:

@@ -28,10 +28,14 @@ WRITER_TABLES = {
     "interaction_cells",
     "deployment_hours",
     "break_hours",
+    "statement_lines",
+    "statement_cells",
 }
 # The tables a statement names (an upsert's "DO UPDATE SET" names none, nor does a
 # function read FROM, such as the Postgres writer's json_populate_recordset).
 TABLE = re.compile(r"\b(?:FROM|INTO|(?<!DO )UPDATE|JOIN)\s+\"?(\w+)\b\"?(?!\s*\()", re.IGNORECASE)
+# A statement's own named subqueries (WITH name AS (...)), which are no tables.
+CTE = re.compile(r"(?:\bWITH|,)\s+(\w+)\s+AS\s*\(", re.IGNORECASE)
 ROUNDS = 8
 
 
@@ -46,7 +50,7 @@ class Statements:
         event.listen(engine, "before_cursor_execute", self._seen)
 
     def _seen(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        named = set(TABLE.findall(statement))
+        named = set(TABLE.findall(statement)) - set(CTE.findall(statement))
         self.tables.update(named)
         self.threads[threading.current_thread().name] += 1
         if statement.lstrip().upper().startswith("INSERT INTO REQUESTS"):
