@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
@@ -52,6 +53,24 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.configure(models)
         stack.start_gateway()
         yield stack
+
+
+def wait_in_rotation(fleet: Stack, url: str, timeout_s: float = 10.0) -> None:
+    """Until the gateway's health checks (every 0.3 s here) have put the replica back in
+    rotation, as its ``kvgate_replica_up`` gauge says (a fixed second was not always enough
+    on a busy CI machine)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = httpx.get(fleet.url + "/metrics").text
+        up = [
+            line.rsplit(" ", 1)[1]
+            for line in metrics.splitlines()
+            if line.startswith("kvgate_replica_up{") and f'replica="{url}"' in line
+        ]
+        if up and all(float(value) == 1.0 for value in up):
+            return
+        assert time.monotonic() < deadline, f"{url} not back in rotation: {up}"
+        time.sleep(0.1)
 
 
 def rows_of(fleet: Stack, model: str) -> list[RequestRow]:
@@ -162,7 +181,7 @@ def test_a_stopped_replica_loses_no_request_and_is_no_longer_chosen(fleet: Stack
     back = start_sim(fleet.tmp, port=port, extra=INSTANT)
     fleet.sims[0] = back
     wait_http(back.url + "/health")
-    time.sleep(1.0)
+    wait_in_rotation(fleet, back.url)
     client = OpenAI(base_url=fleet.base_url, api_key=fleet.key, max_retries=0)
     for n in range(12):
         client.chat.completions.create(
