@@ -77,3 +77,5 @@ def test_no_salts_let_the_second_key_hit_the_first_keys_cache(
     assert isolation["evidence"] == {"usage": None, "timing": True}
     assert isolation["audit"]["p_value"] < 0.01
     assert isolation["audit"]["rank_biserial"] >= 0.5
+    confirmation = isolation["confirmation"]["audit"]
+    assert confirmation["p_value"] < 0.01 and confirmation["rank_biserial"] >= 0.5

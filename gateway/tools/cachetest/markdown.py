@@ -245,10 +245,11 @@ def _eviction(stage: dict[str, Any], data: dict[str, Any]) -> list[str]:
 
 
 def _isolation(stage: dict[str, Any], data: dict[str, Any]) -> list[str]:
-    audit, control = stage["audit"], stage["control"]
-    t = stage["ttft_s"]
+    audit, control, again = stage["audit"], stage["control"], stage.get("confirmation")
 
-    def test_row(name: str, test: dict[str, Any] | None, x: str, y: str) -> list[str]:
+    def test_row(
+        name: str, test: dict[str, Any] | None, t: dict[str, Any], x: str, y: str
+    ) -> list[str]:
         if test is None:
             return [name, "-", "-", "-", "-", "-", "-"]
         return [
@@ -261,6 +262,25 @@ def _isolation(stage: dict[str, Any], data: dict[str, Any]) -> list[str]:
             f"{test['cles']:.3f}",
         ]
 
+    t = stage["ttft_s"]
+    rows = [test_row("audit: warmed (x) vs fresh (y)", audit, t, "warmed", "fresh")]
+    if again is not None:
+        rows.append(
+            test_row(
+                "confirmation: warmed (x) vs fresh (y)",
+                again["audit"],
+                again["ttft_s"],
+                "warmed",
+                "fresh",
+            )
+        )
+    rows.append(
+        test_row("control: warm (x) vs cold (y)", control, t, "control_warm", "control_cold")
+    )
+    if again is None:
+        confirmed = "not needed (the audit was not significant)"
+    else:
+        confirmed = "significant too" if stage["evidence"]["timing"] else "not significant"
     leaked = stage["leaked_cached_tokens"]
     lines = [
         "## 5. Tenant isolation",
@@ -268,19 +288,19 @@ def _isolation(stage: dict[str, Any], data: dict[str, Any]) -> list[str]:
         "The second key sends the first key's exact prompts and as many fresh prompts of the "
         "same length, interleaved at random. Timing audit: one-sided Mann-Whitney U "
         f"(warmed faster than fresh); sharing when p < {stage['alpha']} and the rank-biserial "
-        f"effect ≥ {stage['min_effect']}. The control is the first key's own warm vs cold "
-        "TTFT: it shows whether the cache can be seen in TTFT on this endpoint at all.",
+        f"effect ≥ {stage['min_effect']}, in the audit and again in a confirmation on new "
+        "prompts (run only when the audit is significant). The control is the first key's "
+        "own warm vs cold TTFT: it shows whether the cache can be seen in TTFT on this "
+        "endpoint at all.",
         "",
         _table(
             ["test", "n", "TTFT p50 (x)", "TTFT p50 (y)", "p-value", "rank-biserial", "CLES"],
-            [
-                test_row("audit: warmed (x) vs fresh (y)", audit, "warmed", "fresh"),
-                test_row("control: warm (x) vs cold (y)", control, "control_warm", "control_cold"),
-            ],
+            rows,
         ),
         "",
         "- cached tokens the second key got from the first key's prompts: "
         + ("withheld from the auditor (timing only)" if leaked is None else f"{leaked:,}"),
+        f"- confirmation: {confirmed}",
         f"- timing evidence of sharing: {'yes' if stage['evidence']['timing'] else 'no'}",
         f"- verdict: **{stage['verdict']}**",
     ]
