@@ -52,12 +52,9 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
-class Isolation:
-    control_cold: tuple[Outcome, ...]
-    control_warm: tuple[Outcome, ...]
-    warmed: tuple[Outcome, ...]  # the second key, on prompts the first key warmed
-    fresh: tuple[Outcome, ...]  # the second key, on prompts nobody sent before
-    order: tuple[str, ...]  # "warmed" / "fresh", as sent
+class Isolation(Sample):
+    """The stage: the first audit's sample, and the confirmation's."""
+
     confirmation: Sample | None = None  # run only when the first audit was significant
 
 
