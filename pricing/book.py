@@ -348,6 +348,15 @@ class PriceBook:
         index = bisect.bisect_right(starts, at) - 1
         return self._entries[model][index] if index >= 0 else None
 
+    def in_force(self, model: str, *, at: datetime) -> tuple[Price | None, datetime | None]:
+        """``price_for``, and when the model's next entry takes over (None: no later one)."""
+        starts = self._starts.get(model)
+        if not starts:
+            return None, None
+        index = bisect.bisect_right(starts, at)
+        after = starts[index] if index < len(starts) else None
+        return (self._entries[model][index - 1] if index > 0 else None), after
+
     def entries(self, model: str | None = None) -> list[Price]:
         """The model's entries (every model's, by name, if None), oldest first."""
         models = [model] if model is not None else sorted(self._entries)

@@ -31,7 +31,16 @@ from typing import Any
 
 from gateway.accounting.ledger import Ledger
 from gateway.accounting.records import Record
-from gateway.budgets import Budget, RateLimit, Rules, ScopeKind, crossed, reset_text
+from gateway.budgets import (
+    EPOCH,
+    FOREVER,
+    Budget,
+    RateLimit,
+    Rules,
+    ScopeKind,
+    crossed,
+    reset_text,
+)
 from gateway.config import Deployment, ProviderDeployment
 from gateway.db import spend
 from gateway.db.session import DatabaseError, SessionFactory
@@ -43,6 +52,7 @@ from gateway.serving.calls import Endpoint
 from gateway.serving.context import Context
 from gateway.serving.leases import Leases
 from gateway.serving.rates import (
+    MINUTE,
     UNIT,
     Minutes,
     Rated,
@@ -52,6 +62,7 @@ from gateway.serving.rates import (
     units,
     windows,
 )
+from pricing.book import PriceBook
 from pricing.cost import money
 
 log = logging.getLogger("kvgate.admission")
@@ -91,6 +102,26 @@ class Admitted:
 
 
 FREE = Admitted()  # a request no rule applies to: nothing to settle
+
+# Who a request is, as the rules see it: tenant, key, end user and tags.
+Caller = tuple[str, str, str | None, tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the rules ask of one caller from ``since`` until ``until`` (the minute, and
+    each of its budgets' periods): made once, so that each request only prices itself and
+    takes its charges from the slices. Valid while the rules are the same object."""
+
+    rules: Rules
+    since: datetime
+    until: datetime
+    governed: bool = False  # False: no rule matches the caller (free)
+    limits: tuple[RateLimit, ...] = ()
+    rate: Rated = field(default_factory=lambda: Rated((), (), FOREVER))
+    budgets: tuple[Budget, ...] = ()
+    leased: tuple[tuple[Budget, datetime], ...] = ()  # from slices: budget, period start
+    exact: tuple[tuple[Budget, datetime], ...] = ()  # in the database, per request
 
 
 # Each endpoint's output cap, by the name its wire gives it (the first found binds).
@@ -141,18 +172,51 @@ def billed_models(deployment: Deployment | ProviderDeployment) -> frozenset[str]
     return models
 
 
+# Each deployment's dearest rates, while the prices in force last: (deployment, book,
+# since, until, the rates).
+_RATES: dict[
+    int, tuple[object, PriceBook, datetime, datetime, tuple[tuple[Decimal, Decimal], ...]]
+] = {}
+
+
+def dearest_rates(
+    book: PriceBook, deployment: Deployment | ProviderDeployment, at: datetime
+) -> tuple[tuple[Decimal, Decimal], ...]:
+    """The dearest prompt and output rates of each model the deployment bills as, in force
+    at ``at`` (looked up again only when the book is replaced or a dated price begins)."""
+    known = _RATES.get(id(deployment))
+    if (
+        known is not None
+        and known[0] is deployment
+        and known[1] is book
+        and known[2] <= at < known[3]
+    ):
+        return known[4]
+    since, until = EPOCH, FOREVER
+    rates = []
+    for model in sorted(billed_models(deployment)):
+        price, after = book.in_force(model, at=at)
+        if after is not None:
+            until = min(until, after)
+        if price is not None:
+            since = max(since, price.effective_from)
+            rates.append(price.dearest)
+    if len(_RATES) > 10_000:  # deployments reloaded many times: start again
+        _RATES.clear()
+    _RATES[id(deployment)] = (deployment, book, since, until, tuple(rates))
+    return tuple(rates)
+
+
 def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     """The most the request can be recorded at, with the prices in force at ``at``."""
-    models = billed_models(ctx.deployment)
     prompt, output = prompt_bound(ctx), output_cap(ctx)
     if ctx.call.endpoint is Endpoint.COMPLETIONS and ctx.call.body.get("echo"):
         output += prompt
-    worst = Decimal(0)
-    for model in models:
-        price = ledger.book.price_for(model, at=at)
-        if price is not None:
-            prompt_rate, output_rate = price.dearest
-            worst = max(worst, money(prompt, prompt_rate) + money(output, output_rate))
+    worst = ZERO
+    for prompt_rate, output_rate in dearest_rates(ledger.book, ctx.deployment, at):
+        cost = money(prompt, prompt_rate) + money(output, output_rate)
+        if cost > worst:
+            worst = cost
     return worst
 
 
@@ -190,6 +254,7 @@ class Admission:
         self.minutes = Minutes()
         # Each budget's current period, while it lasts: (start, end, the budget as it was).
         self._periods: dict[str, tuple[datetime, datetime, Budget]] = {}
+        self._plans: dict[Caller, Plan] = {}  # each caller's, while it lasts
         self._background: set[asyncio.Task[None]] = set()
         budgets.follow(lambda value: self._install(budgets=value))
         limits.follow(lambda value: self._install(limits=value))
@@ -198,28 +263,42 @@ class Admission:
         from dataclasses import replace
 
         self.rules = replace(self.rules, **changed)
+        self._plans = {}
         if "budgets" in changed:
             self._periods = {}
 
-    def _budgets(self, ctx: Context) -> tuple[Budget, ...]:
-        principal, call = ctx.principal, ctx.call
-        return self.rules.budgets_for(
-            principal.tenant_id, principal.api_key_id, call.end_user, call.tags
-        )
-
-    def charges(
-        self, ctx: Context, budgets: tuple[Budget, ...], at: datetime
-    ) -> tuple[tuple[spend.Charge, Budget], ...]:
-        """What the request would charge each of the budgets that match it, now."""
-        if not budgets:
-            return ()
-        amount = largest_cost(self.ledger, ctx, at)
-        found = []
+    def _plan(self, caller: Caller, at: datetime) -> Plan:
+        """The caller's plan at ``at``: the limits and budgets that match it, and each
+        budget's period (its zone arithmetic once per period)."""
+        if len(self._plans) > 10_000:  # callers come and go: the cache stays small
+            self._plans.clear()
+        rules = self.rules
+        limits = rules.limits_for(caller[0], caller[1])
+        budgets = rules.budgets_for(*caller)
+        if not limits and not budgets:
+            plan = self._plans[caller] = Plan(rules, EPOCH, FOREVER)
+            return plan
+        window = self.minutes.minute(at)
+        since, until = window, window + MINUTE
+        leased: list[tuple[Budget, datetime]] = []
+        exact: list[tuple[Budget, datetime]] = []
         for budget in budgets:
-            subject = ctx.interaction_id if budget.scope.kind is ScopeKind.INTERACTION else ""
-            start, _ = self._period(budget, at)
-            found.append((spend.Charge(budget.id, subject, start, budget.limit, amount), budget))
-        return tuple(found)
+            start, end = self._period(budget, at)
+            since, until = max(since, start), min(until, end)
+            slices = self.lease_budgets and budget.scope.kind is not INTERACTION
+            (leased if slices else exact).append((budget, start))
+        plan = self._plans[caller] = Plan(
+            rules,
+            since,
+            until,
+            governed=True,
+            limits=limits,
+            rate=self.minutes.rated(limits, window),
+            budgets=budgets,
+            leased=tuple(leased),
+            exact=tuple(exact),
+        )
+        return plan
 
     def _period(self, budget: Budget, at: datetime) -> tuple[datetime, datetime]:
         """The budget's period ``at`` falls in (zone arithmetic once per period)."""
@@ -231,25 +310,46 @@ class Admission:
 
     async def admit(self, ctx: Context) -> Admitted:
         """Count and reserve, or refuse with 429 / 402 (BudgetExceeded, RateLimited)."""
-        principal = ctx.principal
-        if not ctx.call.endpoint.billed:
+        principal, call = ctx.principal, ctx.call
+        if not call.endpoint.billed:
             return FREE  # counting tokens costs nothing and generates nothing
         if principal.tenant_id not in self.rules.governed:
             return FREE  # no budget or limit names this tenant
-        limits = self.rules.limits_for(principal.tenant_id, principal.api_key_id)
-        budgets = self._budgets(ctx)
-        if not limits and not budgets:
-            return FREE
+        caller = (principal.tenant_id, principal.api_key_id, call.end_user, call.tags)
+        plan = self._plans.get(caller)
+        if plan is not None and not plan.governed and plan.rules is self.rules:
+            return FREE  # none of the tenant's rules matches this caller
         at = self.clock()
-        charged = self.charges(ctx, budgets, at)
-        window = self.minutes.minute(at)
-        rate = self.minutes.rated(limits, window)
-        held: list[spend.Charge] = []  # from this worker's slices
-        exact: list[spend.Charge] = []  # in the database, per request
-        for charge, budget in charged:
-            slices = self.lease_budgets and budget.scope.kind is not INTERACTION
-            (held if slices else exact).append(charge)
-        leased = tuple(held)
+        if plan is None or plan.rules is not self.rules or not plan.since <= at < plan.until:
+            plan = self._plan(caller, at)
+            if not plan.governed:
+                return FREE
+        rate = plan.rate
+        amount = largest_cost(self.ledger, ctx, at) if plan.budgets else ZERO
+        leased = tuple(
+            [
+                spend.Charge(budget.id, "", start, budget.limit, amount)
+                for budget, start in plan.leased
+            ]
+        )
+        if not plan.exact and self.leases.take_now(rate.all + leased):  # the steady state
+            self.leases.settle(rate.requests, UNIT)
+            return Admitted(
+                request_id=ctx.request_id,
+                leased=leased,
+                tokens_of=rate.tokens,
+                headers=admitted_headers(self.leases, rate, at),
+            )
+        exact = [
+            spend.Charge(
+                budget.id,
+                ctx.interaction_id if budget.scope.kind is INTERACTION else "",
+                start,
+                budget.limit,
+                amount,
+            )
+            for budget, start in plan.exact
+        ]
         try:
             short, budget_short = await self._take(rate, leased, exact, ctx.request_id, at)
         except DatabaseError as exc:
@@ -259,7 +359,8 @@ class Admission:
         if short is None:
             headers = admitted_headers(self.leases, rate, at)
         else:
-            found = windows(self.leases, limits, window, short)
+            window = rate.end - MINUTE
+            found = windows(self.leases, plan.limits, window, short)
             headers = rate_headers(found, window, at)
             self._refused("rate_limit")
             retry = retry_after(window, at)
@@ -269,7 +370,7 @@ class Admission:
                 headers={**headers, "retry-after": str(retry)},
             )
         if budget_short is not None:
-            await self._exhausted(charged, budget_short, at, headers)
+            await self._exhausted(plan.budgets, budget_short, at, headers)
         if exact:
             self.live.add(ctx.request_id)
         return Admitted(
@@ -319,14 +420,14 @@ class Admission:
 
     async def _exhausted(
         self,
-        charged: tuple[tuple[spend.Charge, Budget], ...],
+        budgets: tuple[Budget, ...],
         short: spend.Charge,
         at: datetime,
         headers: dict[str, str],
     ) -> None:
         """Refuse with 402 (BudgetExceeded); the 100 % alert, if this exhausted it."""
         self._refused("budget")
-        budget = next(b for c, b in charged if c.key == short.key)
+        budget = next(b for b in budgets if b.id == short.budget_id)
         _, end = budget.bounds(at)
         if self.alerts is not None:  # exhausted: the 100 % alert, if not sent yet
             spent = await asyncio.to_thread(self._spent_now, short)

@@ -90,8 +90,10 @@ class Serving:
             raise
         if admitted.headers:  # names no reply sets (x-ratelimit-*), lower case: appended
             response.raw_headers.extend(
-                (name.encode("latin-1"), value.encode("latin-1"))
-                for name, value in admitted.headers.items()
+                [
+                    (name.encode("latin-1"), value.encode("latin-1"))
+                    for name, value in admitted.headers.items()
+                ]
             )
         return response
 
