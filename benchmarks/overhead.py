@@ -209,12 +209,17 @@ def alternate(
     body: dict[str, object],
     keys: tuple[str, str],
     request_ids: list[str],
-) -> tuple[Result, float, Result, float]:
+) -> tuple[Result, float, Result, float, Paired]:
     """One scenario's requests, half from each key, in alternating blocks (off, governed,
-    governed, off, ...): each key's merged result and gateway CPU milliseconds per request."""
+    governed, off, ...): each key's merged result and gateway CPU milliseconds per request,
+    and the medians over the block pairs (each pair run back to back, so in one state of
+    the machine) of the governed block's p50 less the off block's, and of their req/s."""
     results: list[Result | None] = [None, None]
     cpu = [0.0, 0.0]
+    p50_added: list[float] = []
+    rps_ratio: list[float] = []
     for block in range(BLOCKS):
+        pair: list[Result] = [Result("", [], 1.0, 0), Result("", [], 1.0, 0)]
         for which in (0, 1) if block % 2 == 0 else (1, 0):
             before = own_cpu(gateway.process.pid)
             result = asyncio.run(
@@ -233,13 +238,31 @@ def alternate(
             cpu[which] += (own_cpu(gateway.process.pid) - before) * 1000 / sent / BLOCKS
             known = results[which]
             results[which] = result if known is None else known + result
+            pair[which] = result
+        if pair[0].latencies and pair[1].latencies:
+            p50_added.append(pair[1].p50_ms - pair[0].p50_ms)
+            rps_ratio.append(pair[1].rps / pair[0].rps)
     off, governed = results
     assert off is not None and governed is not None
-    return off, cpu[0], governed, cpu[1]
+    paired = Paired(
+        statistics.median(p50_added) if p50_added else 0.0,
+        statistics.median(rps_ratio) if rps_ratio else 1.0,
+    )
+    return off, cpu[0], governed, cpu[1], paired
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Medians over a scenario's block pairs: governed p50 less off (ms), req/s ratio."""
+
+    p50_added_ms: float
+    rps_ratio: float
 
 
 def report_spend(
-    compared: list[tuple[str, int, Result, Result, float, Result, float]], rules: str, width: int
+    compared: list[tuple[str, int, Result, Result, float, Result, float, Paired]],
+    rules: str,
+    width: int,
 ) -> None:
     """The off and governed tenants of each scenario side by side, from the same run."""
     print(
@@ -249,9 +272,9 @@ def report_spend(
     print(
         f"{'mode':<{width}}{'c':>4} | {'off added p50':>14}{'req/s':>8}{'CPU/req':>9} | "
         f"{'governed added p50':>19}{'req/s':>8}{'CPU/req':>9} | {'p50 +':>8} {'req/s':>7}"
-        f" {'errors':>6}"
+        f" {'errors':>6} | {'pairs: p50 +':>12} {'req/s':>7}"
     )
-    for mode, concurrency, direct, off, off_cpu, governed, governed_cpu in compared:
+    for mode, concurrency, direct, off, off_cpu, governed, governed_cpu, paired in compared:
         off_added = off.p50_ms - direct.p50_ms
         governed_added = governed.p50_ms - direct.p50_ms
         print(
@@ -259,7 +282,8 @@ def report_spend(
             f"{off_cpu:>7.3f}ms | {governed_added:>17.3f}ms{governed.rps:>8.0f}"
             f"{governed_cpu:>7.3f}ms | {governed_added - off_added:>+6.3f}ms "
             f"{100 * (governed.rps / off.rps - 1):>+6.1f}% "
-            f"{direct.errors + off.errors + governed.errors:>6}"
+            f"{direct.errors + off.errors + governed.errors:>6} | "
+            f"{paired.p50_added_ms:>+10.3f}ms {100 * (paired.rps_ratio - 1):>+6.1f}%"
         )
 
 
@@ -390,7 +414,7 @@ def main() -> None:
         pin(sim.process.pid, 1)
         pin(0, 1)
         results: list[tuple[str, int, bool, Result, Result, float]] = []
-        compared: list[tuple[str, int, Result, Result, float, Result, float]] = []
+        compared: list[tuple[str, int, Result, Result, float, Result, float, Paired]] = []
         gateway_ids: list[str] = []
         scenarios: list[tuple[str, bool, dict[str, object]]] = (
             [(path, False, body) for path, body in ENDPOINTS.items()]
