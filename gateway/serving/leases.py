@@ -145,19 +145,22 @@ class Leases:
         (``take`` then waits for what is missing). Nothing is awaited between the checks and
         the taking, so no other request sees a part of it."""
         leases = self.leases
-        found = []
+        taken: list[tuple[Lease, Decimal]] = []
         for charge in charges:
             lease = leases.get(charge.key)
-            if lease is None or lease.limit != charge.limit:
-                return False
-            available = lease.held - lease.used - lease.spent
-            if available < charge.amount or available <= 0:  # as _covers
-                return False
-            found.append(lease)
-        now = time.monotonic()
-        for lease, charge in zip(found, charges, strict=True):
             amount = charge.amount
+            if (
+                lease is None
+                or lease.limit != charge.limit
+                or not _covers(lease, amount)  # each charge after those before it
+            ):
+                for held, back in taken:
+                    held.used -= back
+                return False
             lease.used += amount
+            taken.append((lease, amount))
+        now = time.monotonic()
+        for lease, amount in taken:
             lease.last_used = now
             if amount > lease.largest:
                 lease.largest = amount

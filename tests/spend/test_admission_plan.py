@@ -22,6 +22,7 @@ from gateway.errors import BudgetExceeded
 from gateway.mirror import Mirror
 from gateway.serving.admission import Admission, Admitted, dearest_rates
 from gateway.serving.context import Context
+from gateway.serving.leases import Leases
 from pricing.book import PriceBook
 from tests.factories import BOOK, JAN, JUL, price, tenants
 from tests.spend import workers
@@ -176,3 +177,36 @@ def test_the_dearest_rates_follow_a_dated_price_and_a_new_book() -> None:
     dearer = PriceBook([price("m", "2026-01-01", input="1", cache_read="0.1", output="2")])
     assert dearest_rates(dearer, deployment, july) == ((Decimal("1"), Decimal("2")),)
     assert dearest_rates(PriceBook(), deployment, july) == ()
+
+
+def test_the_synchronous_take_is_all_or_nothing(engine: Engine) -> None:
+    """``Leases.take_now``: a slice not held, a limit changed, or any one charge it cannot
+    cover (two charges on one slice counted together) takes nothing, and says so."""
+    tenants(engine, "acme")
+    budget = _budget(engine, "tenant:acme", "1")
+    leases = Leases(
+        sessions=session_factory(engine),
+        hold_ttl=timedelta(seconds=60),
+        clock=lambda: datetime(2026, 12, 1, 12, tzinfo=UTC),
+    )
+    start, _ = budget.bounds(datetime(2026, 12, 1, 12, tzinfo=UTC))
+    cent = spend.Charge(budget.id, "", start, budget.limit, Decimal("0.01"))
+    assert not leases.take_now((cent,))  # no slice held yet
+    assert leases.leases == {}
+
+    async def held() -> None:
+        assert await leases.take((cent,)) is None  # waits for its slice
+        leases.give_back((cent,))
+
+    asyncio.run(held())
+    lease = leases.leases[cent.key]
+    slice_ = lease.available
+    assert slice_ >= Decimal("0.08")  # room for eight such requests at least
+
+    assert leases.take_now((cent,)) and lease.used == Decimal("0.01")
+    lowered = replace(cent, limit=Decimal("0.5"))
+    assert not leases.take_now((lowered,)) and lease.used == Decimal("0.01")
+    whole = replace(cent, amount=lease.available)
+    assert not leases.take_now((cent, whole)) and lease.used == Decimal("0.01")
+    assert leases.take_now((whole,)) and lease.available == 0
+    assert not leases.take_now((replace(cent, amount=Decimal(0)),))  # nothing left: not even free
