@@ -213,7 +213,8 @@ class Leases:
             if lease is not None:
                 lease.used -= charge.amount
                 lease.spent += amount
-                lease.largest = max(lease.largest, amount)
+                if amount > lease.largest:
+                    lease.largest = amount
 
     def total(self, key: Key) -> Decimal:
         """A counter's spend as this worker knows it (zero for a counter it holds none of)."""

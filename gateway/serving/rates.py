@@ -144,10 +144,12 @@ def admitted_headers(leases: Leases, rate: Rated, at: datetime) -> dict[str, str
     if not rate.caps:
         return headers
     reset = f"{max((rate.end - at).total_seconds(), 0.0):.3f}s"
+    held = leases.leases
     for (limit_name, remaining_name, reset_name), caps in rate.caps:
         left = limit = 0
         for n, (key, cap) in enumerate(caps):
-            room = cap - count_of(leases.total(key))
+            lease = held.get(key)  # as Leases.total: none held, none counted here
+            room = cap if lease is None else cap - int(lease.total / UNIT)
             if n == 0 or room < left:
                 left, limit = room, cap
         headers[limit_name] = str(limit)
