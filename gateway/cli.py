@@ -34,6 +34,7 @@ from gateway.cli_support import (
     settings,
 )
 from gateway.config import ConfigError
+from gateway.tools.sim.options import block_ms_option
 
 app = typer.Typer(
     help="kvgate: an OpenAI-compatible gateway that knows what every request cost.",
@@ -153,25 +154,11 @@ def sim(
     cpu_blocks: Annotated[
         int, typer.Option(help="Host-memory tier: blocks that keep what GPU memory evicts.", min=0)
     ] = 0,
-    cpu_block_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="Loading one block from host memory, in ms (default: an 8B model's KV over "
-            "PCIe 4.0, 2.7 ms for 512 tokens, scaled to --block-size).",
-            min=0,
-        ),
-    ] = None,
+    cpu_block_ms: Annotated[float | None, block_ms_option("host memory", "--block-size")] = None,
     disk_blocks: Annotated[
         int, typer.Option(help="Disk tier below host memory, in blocks.", min=0)
     ] = 0,
-    disk_block_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="Loading one block from disk, in ms (default: from NVMe, 11 ms for 512 "
-            "tokens, scaled to --block-size).",
-            min=0,
-        ),
-    ] = None,
+    disk_block_ms: Annotated[float | None, block_ms_option("disk", "--block-size")] = None,
 ) -> None:
     """Run a simulated vLLM replica (same HTTP API, real prefix cache, timing model)."""
     from gateway.tools.sim.events import KvEventsConfig

@@ -3,12 +3,16 @@ change applies on every gateway sharing the database once the command returns.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gateway.cli_support import publish, sessions_for, settings
+
+if TYPE_CHECKING:
+    from gateway.db.session import Session
 
 budgets_app = typer.Typer(help="Budgets: what a scope may spend per period.", no_args_is_help=True)
 limits_app = typer.Typer(help="Rate limits: requests and tokens per minute.", no_args_is_help=True)
@@ -20,6 +24,17 @@ SCOPES = (
 
 def _optional(value: Any) -> str:
     return "-" if value is None else str(value)
+
+
+def _row(*values: Any) -> None:
+    """Print one line of a listing: the values tab-separated, '-' for a missing one."""
+    typer.echo("\t".join(_optional(value) for value in values))
+
+
+def _delete(what: str, ident: str, remove: Callable[[Session], object]) -> None:
+    """Remove a budget or a rate limit on every gateway, and say so."""
+    publish(remove)
+    typer.echo(f"{what} {ident} deleted")
 
 
 @budgets_app.command("set")
@@ -71,9 +86,16 @@ def budgets_list() -> None:
             start, _ = budget.bounds(at)
             spent, reserved = spend.counter(session, budget.id, start)
             alerts = ",".join(str(t) for t in budget.alert_at)
-            typer.echo(
-                f"{budget.id}\t{budget.scope}\t{budget.limit}\t{budget.period}\t{budget.timezone}"
-                f"\t{alerts}\t{spent}\t{reserved}\t{_optional(budget.webhook)}"
+            _row(
+                budget.id,
+                budget.scope,
+                budget.limit,
+                budget.period,
+                budget.timezone,
+                alerts,
+                spent,
+                reserved,
+                budget.webhook,
             )
 
 
@@ -82,8 +104,7 @@ def budgets_delete(budget_id: Annotated[str, typer.Argument(help="Budget id (bud
     """Remove a budget."""
     from gateway.db import spend
 
-    publish(lambda session: spend.delete_budget(session, budget_id=budget_id))
-    typer.echo(f"budget {budget_id} deleted")
+    _delete("budget", budget_id, lambda session: spend.delete_budget(session, budget_id=budget_id))
 
 
 @limits_app.command("set")
@@ -119,10 +140,7 @@ def limits_list() -> None:
     typer.echo("id\tscope\trequests_per_minute\ttokens_per_minute")
     with sessions_for(settings())() as session:
         for limit in spend.list_limits(session):
-            typer.echo(
-                f"{limit.id}\t{limit.scope}\t{_optional(limit.requests_per_minute)}"
-                f"\t{_optional(limit.tokens_per_minute)}"
-            )
+            _row(limit.id, limit.scope, limit.requests_per_minute, limit.tokens_per_minute)
 
 
 @limits_app.command("delete")
@@ -130,5 +148,4 @@ def limits_delete(limit_id: Annotated[str, typer.Argument(help="Limit id (rl_...
     """Remove a rate limit."""
     from gateway.db import spend
 
-    publish(lambda session: spend.delete_limit(session, limit_id=limit_id))
-    typer.echo(f"limit {limit_id} deleted")
+    _delete("limit", limit_id, lambda session: spend.delete_limit(session, limit_id=limit_id))

@@ -105,6 +105,44 @@ def test_tenants_and_keys(env: dict[str, str]) -> None:
     assert unknown.returncode == 2
 
 
+def test_budgets_and_limits_list_a_tab_separated_line_each_until_deleted(
+    env: dict[str, str],
+) -> None:
+    kvgate("tenants", "create", "acme", env=env)
+    made = kvgate(
+        "budgets", "set", "--scope", "tenant:acme", "--limit", "5", "--period", "day", env=env
+    ).stdout.split()
+    budget_id = made[1].rstrip(":")
+    listed = kvgate("budgets", "list", env=env).stdout.splitlines()
+    assert listed[0] == "id\tscope\tlimit\tperiod\ttimezone\talert_at\tspent\treserved\twebhook"
+    [fields] = [line.split("\t") for line in listed[1:]]
+    # Spent and reserved (fields 6 and 7) are the counter's zeros.
+    assert fields[:6] + fields[8:] == [
+        budget_id,
+        "tenant:acme",
+        "5.000000000",  # as stored: Numeric(18, 9)
+        "day",
+        "UTC",
+        "0.5,0.8,1.0",
+        "-",
+    ]
+    out = kvgate(
+        "limits", "set", "--scope", "tenant:acme", "--requests-per-minute", "60", env=env
+    ).stdout.strip()
+    limit_id = out.split()[1].rstrip(":")
+    assert out == f"limit {limit_id}: tenant:acme 60 requests, - tokens per minute"
+    assert kvgate("limits", "list", env=env).stdout.splitlines() == [
+        "id\tscope\trequests_per_minute\ttokens_per_minute",
+        f"{limit_id}\ttenant:acme\t60\t-",
+    ]
+    deleted = kvgate("limits", "delete", limit_id, env=env).stdout.strip()
+    assert deleted == f"limit {limit_id} deleted"
+    deleted = kvgate("budgets", "delete", budget_id, env=env).stdout.strip()
+    assert deleted == f"budget {budget_id} deleted"
+    assert len(kvgate("limits", "list", env=env).stdout.splitlines()) == 1
+    assert len(kvgate("budgets", "list", env=env).stdout.splitlines()) == 1
+
+
 def test_ceiling_reports_achieved_against_ceiling_per_tenant_and_model(
     env: dict[str, str],
     database_url: str,

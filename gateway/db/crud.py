@@ -191,20 +191,27 @@ def active_principals(session: Session) -> dict[str, Principal]:
     }
 
 
+# What a price entry and its row hold alike, stored as they are (the row keeps the
+# long-context and tier rates as JSON in ``variants``).
+PRICE_COLUMNS = (
+    "model",
+    "effective_from",
+    "input",
+    "cache_read",
+    "cache_write",
+    "output",
+    "currency",
+    "source",
+    "captured_on",
+    "cache_write_1h",
+)
+
+
 def price_from_row(row: PriceRow) -> Price:
     """A stored price entry, with its long-context and tier rates."""
     variants = orjson.loads(row.variants) if row.variants else {}
     return Price(
-        model=row.model,
-        effective_from=row.effective_from,
-        input=row.input,
-        cache_read=row.cache_read,
-        cache_write=row.cache_write,
-        output=row.output,
-        currency=row.currency,
-        source=row.source,
-        captured_on=row.captured_on,
-        cache_write_1h=row.cache_write_1h,
+        **{name: getattr(row, name) for name in PRICE_COLUMNS},
         long_context=long_context_from(variants.get("long_context")),
         tiers=tiers_from(variants.get("tiers")),
     )
@@ -241,17 +248,8 @@ def add_prices(session: Session, *, prices: Iterable[Price]) -> PriceSync:
         session.add(
             PriceRow(
                 id=price.id,
-                model=price.model,
-                effective_from=price.effective_from,
-                input=price.input,
-                cache_read=price.cache_read,
-                cache_write=price.cache_write,
-                output=price.output,
-                currency=price.currency,
-                source=price.source,
-                captured_on=price.captured_on,
+                **{name: getattr(price, name) for name in PRICE_COLUMNS},
                 created_at=_now(),
-                cache_write_1h=price.cache_write_1h,
                 variants=_variants_json(price),
             )
         )

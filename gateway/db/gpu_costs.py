@@ -68,12 +68,14 @@ def _places(value: Decimal) -> int:
     return -exponent if isinstance(exponent, int) and exponent < 0 else 0
 
 
+# What an entry and its row hold under the same names (the row's name for the decode
+# weight is ``prefill_decode_ratio``).
+STORED_AS_IS = ("deployment", "effective_from", "per_replica_hour", "replicas")
+
+
 def _value(row: GpuCostRow) -> GpuCost:
     return GpuCost(
-        deployment=row.deployment,
-        effective_from=row.effective_from,
-        per_replica_hour=row.per_replica_hour,
-        replicas=row.replicas,
+        **{name: getattr(row, name) for name in STORED_AS_IS},
         decode_weight=row.prefill_decode_ratio,
         created_at=row.created_at,
     )
@@ -97,10 +99,7 @@ def add_gpu_cost(session: Session, *, cost: GpuCost) -> bool:
         return False
     session.add(
         GpuCostRow(
-            deployment=cost.deployment,
-            effective_from=cost.effective_from,
-            per_replica_hour=cost.per_replica_hour,
-            replicas=cost.replicas,
+            **{name: getattr(cost, name) for name in STORED_AS_IS},
             prefill_decode_ratio=cost.decode_weight,
             created_at=datetime.now(UTC),
         )

@@ -32,6 +32,7 @@ from gateway.tools.replay.report import (
 )
 from gateway.tools.replay.report import write_report as write_report_files
 from gateway.tools.replay.trace import TraceRequest, load_trace
+from gateway.tools.sim.options import block_ms_option
 from gateway.tools.sim.timing import (
     DISK_MS_PER_TOKEN,
     HOST_MS_PER_TOKEN,
@@ -109,28 +110,14 @@ def replay(
         int,
         typer.Option(help="Host-memory tier per replica, in blocks: keeps what GPU evicts.", min=0),
     ] = 0,
-    cpu_block_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="Loading one block from host memory, in ms (default: an 8B model's KV over "
-            "PCIe 4.0, 2.7 ms for 512 tokens, scaled to --block-tokens).",
-            min=0,
-        ),
-    ] = None,
+    cpu_block_ms: Annotated[float | None, block_ms_option("host memory", "--block-tokens")] = None,
     disk_blocks: Annotated[
         int,
         typer.Option(
             help="Disk tier per replica, in blocks: keeps what host memory evicts.", min=0
         ),
     ] = 0,
-    disk_block_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="Loading one block from disk, in ms (default: from NVMe, 11 ms for 512 "
-            "tokens, scaled to --block-tokens).",
-            min=0,
-        ),
-    ] = None,
+    disk_block_ms: Annotated[float | None, block_ms_option("disk", "--block-tokens")] = None,
     gateways: Annotated[
         str,
         typer.Option(
