@@ -32,8 +32,6 @@ from pricing.book import Price, Rates
 from pricing.cost import ZERO, cost_at
 
 BATCH = 5000  # requests read at a time while pricing them again
-# An adjustment's figures: written as its line has them, read back as they are stored.
-FIGURES = ("day", "model", "requests", "billed", "corrected", "delta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +207,12 @@ def apply(session: Session, fix: Correction, *, now: datetime | None = None) -> 
             correction_key=fix.key,
             price_id=fix.entry.id,
             tenant_id=line.tenant_id,
-            **{name: getattr(line, name) for name in FIGURES},
+            day=line.day,
+            model=line.model,
+            requests=line.requests,
+            billed=line.billed,
+            corrected=line.corrected,
+            delta=line.delta,
             corrected_rates=rates,
             reason=fix.reason,
             created_by=fix.by,
@@ -278,7 +281,12 @@ def _adjustment(row: PriceAdjustmentRow, price: Price | None) -> Adjustment:
     return Adjustment(
         id=row.id,
         price_id=row.price_id,
-        **{name: getattr(row, name) for name in FIGURES},
+        day=row.day,
+        model=row.model,
+        requests=row.requests,
+        billed=row.billed,
+        corrected=row.corrected,
+        delta=row.delta,
         corrected_rates=orjson.loads(row.corrected_rates),
         reason=row.reason,
         by=row.created_by,
