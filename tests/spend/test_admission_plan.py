@@ -7,8 +7,7 @@ all apply to the very next request. On real SQLite and Postgres."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -17,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from gateway.budgets import DEFAULT_ALERTS, Budget, Period, parse_scope
 from gateway.db import spend
-from gateway.db.session import make_engine, session_factory, transaction
+from gateway.db.session import session_factory, transaction
 from gateway.errors import BudgetExceeded
 from gateway.mirror import Mirror
 from gateway.serving.admission import Admission, Admitted, dearest_rates
@@ -26,27 +25,13 @@ from gateway.serving.leases import Leases
 from pricing.book import PriceBook
 from tests.factories import BOOK, JAN, JUL, price, tenants
 from tests.spend import workers
+from tests.spend.test_rate_leases import Clock
 from tests.spend.workers import context
 
 # One chat request's largest cost at tests.factories.BOOK's prices for deployment m in
 # December 2026 (input 0.15, output 0.45 per million): its 100 body bytes, a token each at
 # most, at the dearest prompt rate, plus its 8 output tokens: 0.000015 + 0.0000036.
 LARGEST = Decimal("0.000018600")
-
-
-@dataclass
-class Clock:
-    at: datetime
-
-    def __call__(self) -> datetime:
-        return self.at
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    yield engine
-    engine.dispose()
 
 
 def _budget(engine: Engine, scope: str, limit: str, timezone: str = "UTC") -> Budget:

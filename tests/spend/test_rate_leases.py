@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from gateway.budgets import parse_scope
 from gateway.db import spend
-from gateway.db.session import make_engine, session_factory, transaction
+from gateway.db.session import session_factory, transaction
 from gateway.errors import RateLimited
 from gateway.serving import leases
 from gateway.serving.admission import Admission, Admitted
@@ -41,13 +40,6 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.at
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    yield engine
-    engine.dispose()
 
 
 def _set_limit(engine: Engine, requests: int | None, tokens: int | None = None) -> None:
