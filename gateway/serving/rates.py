@@ -149,7 +149,7 @@ def admitted_headers(leases: Leases, rate: Rated, at: datetime) -> dict[str, str
         left = limit = 0
         for n, (key, cap) in enumerate(caps):
             lease = held.get(key)  # as Leases.total: none held, none counted here
-            room = cap if lease is None else cap - int(lease.total / UNIT)
+            room = cap if lease is None else cap - count_of(lease.total)
             if n == 0 or room < left:
                 left, limit = room, cap
         headers[limit_name] = str(limit)
