@@ -123,7 +123,9 @@ def sign_in(settings: Settings, password: str, find_key: KeyLookup) -> None:
 
 def locked_message(seconds: float) -> str:
     """What a locked-out address is told: the whole seconds until it may try again."""
-    return f"Too many failed sign-ins from your address: try again in {math.ceil(seconds)} s."
+    # To the millisecond first: (now + 60) - now is 60.00000000000001 for some clock values.
+    whole = math.ceil(round(seconds, 3))
+    return f"Too many failed sign-ins from your address: try again in {whole} s."
 
 
 def page_path(url: str | None) -> str | None:

@@ -120,3 +120,14 @@ def test_a_production_app_started_by_hand_without_a_password_shows_only_the_refu
         "tenant's figures"
     ]
     assert not app.sidebar.children and not app.text_input and b"acme" not in shown(app)
+
+
+def test_a_lockout_reads_in_whole_seconds_whatever_the_clocks_rounding() -> None:
+    now = 999.9  # a monotonic reading for which (now + 60) - now > 60
+    assert (now + 60.0) - now > 60.0
+    assert access.locked_message((now + 60.0) - now) == access.locked_message(60)
+    assert access.locked_message(60.0) == (
+        "Too many failed sign-ins from your address: try again in 60 s."
+    )
+    assert access.locked_message(59.2) == access.locked_message(60)
+    assert access.locked_message(60.2).endswith("in 61 s.")
