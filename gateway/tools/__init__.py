@@ -6,4 +6,5 @@ replay/     ``kvgate replay``: trace replay through the gateway's own placement 
 cachetest/  ``kvgate cachetest``: the cache test plan against any endpoint
 demo.py     ``kvgate demo``: gateway, simulated replicas, dashboard and a workload
 workload.py the demo's traffic
+lcg.py      the word draws the simulated replica, the test plan and live replay share
 """

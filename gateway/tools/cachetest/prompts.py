@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.tools.lcg import GOLDEN, MASK64, draws
+
 WORDS = (
     "the", "cache", "block", "token", "model", "system", "user", "question",
     "document", "section", "chapter", "page", "one", "two", "three", "four",
@@ -23,9 +25,6 @@ WORDS = (
     "fast", "cold", "warm", "chain", "hash", "queue", "batch", "stream",
 )  # fmt: skip
 
-_LCG_MUL = 6364136223846793005
-_LCG_ADD = 1442695040888963407
-_MASK64 = (1 << 64) - 1
 # Streams: each kind of text draws from its own part of the generator's seed space.
 _DIVERGENT = 1 << 40
 
@@ -38,12 +37,8 @@ class PromptMaker:
 
     def words(self, number: int, count: int) -> list[str]:
         """``count`` words of prompt ``number``."""
-        state = ((self.seed & _MASK64) * 0x9E3779B97F4A7C15 + number + 1) & _MASK64
-        out: list[str] = []
-        for _ in range(count):
-            state = (state * _LCG_MUL + _LCG_ADD) & _MASK64
-            out.append(WORDS[state >> 58])
-        return out
+        picks = draws(((self.seed & MASK64) * GOLDEN + number + 1) & MASK64)
+        return [WORDS[next(picks)] for _ in range(count)]
 
     def text(self, number: int, count: int) -> str:
         """Prompt ``number``: ``count`` words."""

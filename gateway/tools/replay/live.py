@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.tools.lcg import GOLDEN, MASK64, draws
 from gateway.tools.replay.metrics import percentile
 from gateway.tools.replay.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
@@ -33,10 +34,6 @@ WORDS = (
     "time", "people", "year", "way", "day", "man", "thing", "life", "world", "school",
     "state", "family", "group", "country", "problem", "hand",
 )  # fmt: skip
-
-_LCG_MUL = 6364136223846793005
-_LCG_ADD = 1442695040888963407
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +68,8 @@ class LiveSummary:
 
 def block_text(hash_id: int, tokens: int) -> str:
     """``tokens`` words for the block named ``hash_id``: the same id, the same words."""
-    state = (hash_id * 0x9E3779B97F4A7C15 + 1) & _MASK64
-    words = []
-    for _ in range(tokens):
-        state = (state * _LCG_MUL + _LCG_ADD) & _MASK64
-        words.append(WORDS[state >> 58])
+    picks = draws((hash_id * GOLDEN + 1) & MASK64)
+    words = [WORDS[next(picks)] for _ in range(tokens)]
     # A trailing space closes the last word, so the next block starts a new token.
     return " ".join(words) + " " if words else ""
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.routing.sim_tokenizer import piece_id
+from gateway.tools.lcg import draws
 from gateway.tools.sim.cache import PrefixCache
 from gateway.tools.sim.hashing import block_hashes, extend_hashes
 from gateway.tools.sim.timing import TimingModel
@@ -53,10 +54,6 @@ WORDS = (
 
 FINISH_LENGTH = "length"
 FINISH_ABORT = "abort"
-
-_LCG_MUL = 6364136223846793005
-_LCG_ADD = 1442695040888963407
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,15 +141,11 @@ class Engine:
             digest_size=8,
             key=self.seed.to_bytes(8, "little", signed=True),
         ).digest()
-        state = int.from_bytes(digest, "little")
-        out: list[Token] = []
+        picks = draws(int.from_bytes(digest, "little"))
         inner = self._inner
-        for _ in range(count - 1):
-            state = (state * _LCG_MUL + _LCG_ADD) & _MASK64
-            out.append(inner[state >> 58])
+        out = [inner[next(picks)] for _ in range(count - 1)]
         if count > 0:
-            state = (state * _LCG_MUL + _LCG_ADD) & _MASK64
-            out.append(self._last[state >> 58])
+            out.append(self._last[next(picks)])
         return out
 
 
