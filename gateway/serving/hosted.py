@@ -133,7 +133,13 @@ class HostedBackend:
 
     def _request(self, call: Call, target: ProviderTarget) -> ProviderRequest:
         key = self.keys.get(target.api_key_env) if target.api_key_env else None
-        return ProviderRequest(target=target, body=call.body, api_key=key, stream=call.stream)
+        return ProviderRequest(
+            target=target,
+            body=call.body,
+            api_key=key,
+            stream=call.stream,
+            body_bytes=call.body_bytes,
+        )
 
     async def send(self, ctx: Context, plan: Plan, attempt: Attempt) -> Answer:
         """One call on the provider's own wire, one litellm completion, or Messages as chat."""
