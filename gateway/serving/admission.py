@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -56,7 +56,8 @@ from gateway.serving.rates import (
     UNIT,
     Minutes,
     Rated,
-    admitted_headers,
+    admitted_fields,
+    by_name,
     rate_headers,
     retry_after,
     units,
@@ -83,7 +84,8 @@ class Admitted:
     charges: tuple[spend.Charge, ...] = ()  # reserved in the database (interaction budgets)
     leased: tuple[spend.Charge, ...] = ()  # taken from this worker's slices
     tokens_of: tuple[spend.Charge, ...] = ()  # the minutes its tokens are added to
-    headers: dict[str, str] = field(default_factory=dict)
+    # its x-ratelimit-* headers, as the reply's raw header fields (``admitted_fields``)
+    fields: Sequence[tuple[bytes, bytes]] = ()
     cost: Decimal = Decimal(0)
     tokens: int = 0
     settled: bool = False
@@ -92,6 +94,11 @@ class Admitted:
     def holds(self) -> bool:
         """Whether it holds anything to settle: budget charges, slices or token minutes."""
         return bool(self.charges or self.leased or self.tokens_of)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Its x-ratelimit-* headers, by name (a refusal after admission carries them)."""
+        return by_name(self.fields)
 
     def add(self, record: Record) -> None:
         """Count one of the request's records (every attempt's)."""
@@ -338,7 +345,7 @@ class Admission:
                 request_id=ctx.request_id,
                 leased=leased,
                 tokens_of=rate.tokens,
-                headers=admitted_headers(self.leases, rate, at),
+                fields=admitted_fields(self.leases, rate, at),
             )
         exact = [
             spend.Charge(
@@ -357,7 +364,7 @@ class Admission:
                 f"budgets and rate limits apply and cannot be checked now ({type(exc).__name__})"
             ) from exc
         if short is None:
-            headers = admitted_headers(self.leases, rate, at)
+            fields = admitted_fields(self.leases, rate, at)
         else:
             window = rate.end - MINUTE
             found = windows(self.leases, plan.limits, window, short)
@@ -370,7 +377,7 @@ class Admission:
                 headers={**headers, "retry-after": str(retry)},
             )
         if budget_short is not None:
-            await self._exhausted(plan.budgets, budget_short, at, headers)
+            await self._exhausted(plan.budgets, budget_short, at, by_name(fields))
         if exact:
             self.live.add(ctx.request_id)
         return Admitted(
@@ -378,7 +385,7 @@ class Admission:
             charges=tuple(exact),
             leased=leased,
             tokens_of=rate.tokens,
-            headers=headers,
+            fields=fields,
         )
 
     async def _take(

@@ -88,13 +88,8 @@ class Serving:
             if isinstance(error, KvgateError):
                 error.headers.update(admitted.headers)
             raise
-        if admitted.headers:  # names no reply sets (x-ratelimit-*), lower case: appended
-            response.raw_headers.extend(
-                [
-                    (name.encode("latin-1"), value.encode("latin-1"))
-                    for name, value in admitted.headers.items()
-                ]
-            )
+        if admitted.fields:  # names no reply sets (x-ratelimit-*), lower case: appended
+            response.raw_headers.extend(admitted.fields)
         return response
 
     async def admit(self, ctx: Context) -> Admitted:
