@@ -196,7 +196,9 @@ def load_budgets(session: Session) -> tuple[int, tuple[Budget, ...]]:
     return changes.revision(session, BUDGETS), tuple(list_budgets(session))
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, but never changed once made (hashed as if frozen): admission makes one per
+# budget for each request, and a frozen dataclass's construction costs about 1.4 µs more.
+@dataclass(slots=True, unsafe_hash=True)
 class Charge:
     """An amount charged to one counter: a budget (or a rate limit's minute, named by
     ``window_counters``), its subject ('' or an interaction id) and the start of its
@@ -213,7 +215,7 @@ class Charge:
     key: tuple[str, str, datetime] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key", (self.budget_id, self.subject, self.period_start))
+        self.key = (self.budget_id, self.subject, self.period_start)
 
 
 def _counter(charge: Charge) -> Any:
