@@ -60,7 +60,6 @@ from gateway.serving.rates import (
     by_name,
     rate_headers,
     retry_after,
-    units,
     windows,
 )
 from pricing.book import PriceBook
@@ -102,7 +101,7 @@ class Admitted:
 
     def add(self, record: Record) -> None:
         """Count one of the request's records (every attempt's)."""
-        if not self.holds:
+        if not (self.charges or self.leased or self.tokens_of):  # holds, written out
             return
         self.cost += record.cost.total
         self.tokens += record.usage.prompt_tokens + record.usage.output_tokens
@@ -459,10 +458,11 @@ class Admission:
     async def settle(self, admitted: Admitted) -> None:
         """Replace the request's reservations by its records' cost, add its tokens to its
         minutes (once; never raises)."""
-        if admitted.settled or not admitted.holds:
-            return
+        if admitted.settled or not (admitted.charges or admitted.leased or admitted.tokens_of):
+            return  # settled, or holds nothing (``holds``, written out)
         admitted.settled = True
-        self.live.discard(admitted.request_id)
+        if admitted.charges:  # only those are live (renewed by ``tick``)
+            self.live.discard(admitted.request_id)
         cost = admitted.cost
         for charge in (*admitted.leased, *admitted.charges):
             if charge.amount < cost:
@@ -473,7 +473,7 @@ class Admission:
                     charge.budget_id,
                 )
         self.leases.settle(admitted.leased, cost)
-        self.leases.settle(admitted.tokens_of, units(admitted.tokens))
+        self.leases.settle(admitted.tokens_of, admitted.tokens * UNIT)  # units(tokens)
         if not admitted.charges:
             return
         try:

@@ -149,22 +149,24 @@ class Leases:
         for charge in charges:
             lease = leases.get(charge.key)
             amount = charge.amount
-            if (
-                lease is None
-                or lease.limit != charge.limit
-                or not _covers(lease, amount)  # each charge after those before it
-            ):
-                for held, back in taken:
-                    held.used -= back
-                return False
+            if lease is None or lease.limit != charge.limit:
+                break
+            # _covers, written out (each charge after those before it)
+            available = lease.held - lease.used - lease.spent
+            if available < amount or available <= ZERO:
+                break
             lease.used += amount
             taken.append((lease, amount))
-        now = time.monotonic()
-        for lease, amount in taken:
-            lease.last_used = now
-            if amount > lease.largest:
-                lease.largest = amount
-        return True
+        else:
+            now = time.monotonic()
+            for lease, amount in taken:
+                lease.last_used = now
+                if amount > lease.largest:
+                    lease.largest = amount
+            return True
+        for held, back in taken:
+            held.used -= back
+        return False
 
     async def take(self, charges: tuple[spend.Charge, ...]) -> spend.Charge | None:
         """Take every charge from its slice, or none; the first that cannot be covered."""
