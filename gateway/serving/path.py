@@ -232,7 +232,6 @@ class Serving:
         # Counted before it is awaited: a client leaving while the record is made durable
         # cancels this task after the journal may already hold it, and its cost must still
         # reach the budget (an unrecordable record is charged all the same: never under).
-        if admitted.holds:
-            admitted.add(record)
+        admitted.add(record)  # nothing, for a request that holds nothing
         await self.ledger.keep(record)
         return record
