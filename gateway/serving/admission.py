@@ -155,11 +155,6 @@ def output_cap(ctx: Context) -> int:
     return cap
 
 
-def prompt_bound(ctx: Context) -> int:
-    """At most this many prompt tokens: the body's bytes (or four per character)."""
-    return ctx.call.body_bytes or 4 * ctx.call.prompt_chars + 1024
-
-
 _BILLED: dict[int, tuple[Deployment | ProviderDeployment, frozenset[str]]] = {}
 
 
@@ -215,7 +210,9 @@ def dearest_rates(
 
 def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     """The most the request can be recorded at, with the prices in force at ``at``."""
-    prompt, output = prompt_bound(ctx), output_cap(ctx)
+    # At most this many prompt tokens: the body's bytes (or four per character).
+    prompt = ctx.call.body_bytes or 4 * ctx.call.prompt_chars + 1024
+    output = output_cap(ctx)
     if ctx.call.endpoint is Endpoint.COMPLETIONS and ctx.call.body.get("echo"):
         output += prompt
     worst = ZERO

@@ -37,6 +37,7 @@ from gateway.db.spend import Charge, window_counters
 from gateway.serving.leases import Key, Leases
 
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 # The counters hold money (Numeric(18, 9) on Postgres: under 10^9), so a count is kept
 # there as count x 10^-7: whole counts stay exact, and the largest cap (10^15 tokens) fits.
 UNIT = Decimal("0.0000001")
@@ -148,7 +149,7 @@ def admitted_fields(leases: Leases, rate: Rated, at: datetime) -> list[tuple[byt
     fields: list[tuple[bytes, bytes]] = []
     if not rate.caps:
         return fields
-    seconds = (rate.end - at).total_seconds()
+    seconds = (rate.end - at) / SECOND  # total_seconds(), the same float, with no call
     reset = b"%.3fs" % (seconds if seconds > 0.0 else 0.0)
     held = leases.leases
     for (limit_name, remaining_name, reset_name), caps in rate.caps:
