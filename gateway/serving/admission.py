@@ -335,8 +335,8 @@ class Admission:
                 for budget, start in plan.leased
             ]
         )
-        if not plan.exact and self.leases.take_now(rate.all + leased):  # the steady state
-            self.leases.settle(rate.requests, UNIT)
+        # The steady state; a request counts in its minutes once admitted (tokens: recorded).
+        if not plan.exact and self.leases.take_now(rate.all + leased, rate.requests):
             return Admitted(
                 request_id=ctx.request_id,
                 leased=leased,
