@@ -76,9 +76,10 @@ class Rated:
     tokens: tuple[Charge, ...]
     end: datetime  # the minute's end
     # Every charge, to take at admission (tokens: nothing, but some must be left), in key
-    # order; and each kind of x-ratelimit-* header's counters, with their caps.
+    # order; and each kind of x-ratelimit-* header's names and counters, with their caps
+    # (and each cap as its header's value).
     all: tuple[Charge, ...] = field(init=False, compare=False)
-    caps: tuple[tuple[tuple[bytes, bytes, bytes], tuple[tuple[Key, int], ...]], ...] = field(
+    caps: tuple[tuple[tuple[bytes, bytes, bytes], tuple[tuple[Key, int, bytes], ...]], ...] = field(
         init=False, compare=False
     )
 
@@ -92,7 +93,7 @@ class Rated:
                     f"x-ratelimit-{name}-{kind}".encode("latin-1")
                     for name in ("limit", "remaining", "reset")
                 ),
-                tuple((c.key, count_of(c.limit)) for c in charges),
+                tuple((c.key, cap, b"%d" % cap) for c in charges for cap in [count_of(c.limit)]),
             )
             for kind, charges in (("requests", self.requests), ("tokens", self.tokens))
         )
@@ -153,9 +154,8 @@ def admitted_fields(leases: Leases, rate: Rated, at: datetime) -> list[tuple[byt
     reset = b"%.3fs" % (seconds if seconds > 0.0 else 0.0)
     held = leases.leases
     for (limit_name, remaining_name, reset_name), caps in rate.caps:
-        left = limit = 0
-        first = True
-        for key, cap in caps:
+        left, limit, first = 0, b"", True
+        for key, cap, value in caps:
             lease = held.get(key)  # as Leases.total: none held, none counted here
             # count_of(lease.total), written out: no call per counter
             room = (
@@ -164,9 +164,9 @@ def admitted_fields(leases: Leases, rate: Rated, at: datetime) -> list[tuple[byt
                 else cap - int((lease.counted + lease.spent + lease.used) / UNIT)
             )
             if first or room < left:
-                left, limit, first = room, cap, False
+                left, limit, first = room, value, False
         fields += (
-            (limit_name, b"%d" % limit),
+            (limit_name, limit),
             (remaining_name, b"%d" % left if left > 0 else b"0"),
             (reset_name, reset),
         )
