@@ -48,7 +48,8 @@ ZERO = Decimal("0.000000000")
 
 def money(tokens: int, rate_per_million: Decimal) -> Decimal:
     """tokens × rate / 1M, rounded half-even to the nano-dollar (Numeric(18, 9))."""
-    return (Decimal(tokens) * rate_per_million / PER_MILLION).quantize(NANO, ROUND_HALF_EVEN)
+    # rate × int: the int converted exactly, as Decimal(tokens) would be, without the call
+    return (rate_per_million * tokens / PER_MILLION).quantize(NANO, ROUND_HALF_EVEN)
 
 
 @dataclass(frozen=True, slots=True)

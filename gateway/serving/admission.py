@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from gateway.accounting.ledger import Ledger
@@ -56,10 +57,10 @@ from gateway.serving.rates import (
     UNIT,
     Minutes,
     Rated,
-    admitted_headers,
+    admitted_fields,
+    by_name,
     rate_headers,
     retry_after,
-    units,
     windows,
 )
 from pricing.book import PriceBook
@@ -70,9 +71,8 @@ ZERO = Decimal(0)
 INTERACTION = ScopeKind.INTERACTION
 
 
-def now() -> datetime:
-    """The time now, in UTC."""
-    return datetime.now(UTC)
+# The time now, in UTC (a partial: no Python frame of its own per request).
+now: Callable[[], datetime] = partial(datetime.now, UTC)
 
 
 @dataclass(slots=True)
@@ -83,7 +83,8 @@ class Admitted:
     charges: tuple[spend.Charge, ...] = ()  # reserved in the database (interaction budgets)
     leased: tuple[spend.Charge, ...] = ()  # taken from this worker's slices
     tokens_of: tuple[spend.Charge, ...] = ()  # the minutes its tokens are added to
-    headers: dict[str, str] = field(default_factory=dict)
+    # its x-ratelimit-* headers, as the reply's raw header fields (``admitted_fields``)
+    fields: Sequence[tuple[bytes, bytes]] = ()
     cost: Decimal = Decimal(0)
     tokens: int = 0
     settled: bool = False
@@ -93,9 +94,14 @@ class Admitted:
         """Whether it holds anything to settle: budget charges, slices or token minutes."""
         return bool(self.charges or self.leased or self.tokens_of)
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """Its x-ratelimit-* headers, by name (a refusal after admission carries them)."""
+        return by_name(self.fields)
+
     def add(self, record: Record) -> None:
         """Count one of the request's records (every attempt's)."""
-        if not self.holds:
+        if not (self.charges or self.leased or self.tokens_of):  # holds, written out
             return
         self.cost += record.cost.total
         self.tokens += record.usage.prompt_tokens + record.usage.output_tokens
@@ -147,11 +153,6 @@ def output_cap(ctx: Context) -> int:
     cap = ctx.deployment.default_max_tokens
     body[names[-1]] = cap
     return cap
-
-
-def prompt_bound(ctx: Context) -> int:
-    """At most this many prompt tokens: the body's bytes (or four per character)."""
-    return ctx.call.body_bytes or 4 * ctx.call.prompt_chars + 1024
 
 
 _BILLED: dict[int, tuple[Deployment | ProviderDeployment, frozenset[str]]] = {}
@@ -209,7 +210,9 @@ def dearest_rates(
 
 def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     """The most the request can be recorded at, with the prices in force at ``at``."""
-    prompt, output = prompt_bound(ctx), output_cap(ctx)
+    # At most this many prompt tokens: the body's bytes (or four per character).
+    prompt = ctx.call.body_bytes or 4 * ctx.call.prompt_chars + 1024
+    output = output_cap(ctx)
     if ctx.call.endpoint is Endpoint.COMPLETIONS and ctx.call.body.get("echo"):
         output += prompt
     worst = ZERO
@@ -332,13 +335,13 @@ class Admission:
                 for budget, start in plan.leased
             ]
         )
-        if not plan.exact and self.leases.take_now(rate.all + leased):  # the steady state
-            self.leases.settle(rate.requests, UNIT)
+        # The steady state; a request counts in its minutes once admitted (tokens: recorded).
+        if not plan.exact and self.leases.take_now(rate.all + leased, rate.requests):
             return Admitted(
                 request_id=ctx.request_id,
                 leased=leased,
                 tokens_of=rate.tokens,
-                headers=admitted_headers(self.leases, rate, at),
+                fields=admitted_fields(self.leases, rate, at),
             )
         exact = [
             spend.Charge(
@@ -357,7 +360,7 @@ class Admission:
                 f"budgets and rate limits apply and cannot be checked now ({type(exc).__name__})"
             ) from exc
         if short is None:
-            headers = admitted_headers(self.leases, rate, at)
+            fields = admitted_fields(self.leases, rate, at)
         else:
             window = rate.end - MINUTE
             found = windows(self.leases, plan.limits, window, short)
@@ -370,7 +373,7 @@ class Admission:
                 headers={**headers, "retry-after": str(retry)},
             )
         if budget_short is not None:
-            await self._exhausted(plan.budgets, budget_short, at, headers)
+            await self._exhausted(plan.budgets, budget_short, at, by_name(fields))
         if exact:
             self.live.add(ctx.request_id)
         return Admitted(
@@ -378,7 +381,7 @@ class Admission:
             charges=tuple(exact),
             leased=leased,
             tokens_of=rate.tokens,
-            headers=headers,
+            fields=fields,
         )
 
     async def _take(
@@ -452,10 +455,11 @@ class Admission:
     async def settle(self, admitted: Admitted) -> None:
         """Replace the request's reservations by its records' cost, add its tokens to its
         minutes (once; never raises)."""
-        if admitted.settled or not admitted.holds:
-            return
+        if admitted.settled or not (admitted.charges or admitted.leased or admitted.tokens_of):
+            return  # settled, or holds nothing (``holds``, written out)
         admitted.settled = True
-        self.live.discard(admitted.request_id)
+        if admitted.charges:  # only those are live (renewed by ``tick``)
+            self.live.discard(admitted.request_id)
         cost = admitted.cost
         for charge in (*admitted.leased, *admitted.charges):
             if charge.amount < cost:
@@ -466,7 +470,7 @@ class Admission:
                     charge.budget_id,
                 )
         self.leases.settle(admitted.leased, cost)
-        self.leases.settle(admitted.tokens_of, units(admitted.tokens))
+        self.leases.settle(admitted.tokens_of, admitted.tokens * UNIT)  # units(tokens)
         if not admitted.charges:
             return
         try:

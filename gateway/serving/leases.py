@@ -139,32 +139,42 @@ class Leases:
         lease.limit = charge.limit
         return lease, lowered
 
-    def take_now(self, charges: tuple[spend.Charge, ...]) -> bool:
+    def take_now(
+        self, charges: tuple[spend.Charge, ...], counted: tuple[spend.Charge, ...] = ()
+    ) -> bool:
         """Take every charge from its slice at once, if each slice is held, its limit
         unchanged and it covers the charge (the steady state); else take nothing and say so
         (``take`` then waits for what is missing). Nothing is awaited between the checks and
-        the taking, so no other request sees a part of it."""
+        the taking, so no other request sees a part of it. Those of the charges also in
+        ``counted`` (a rate limit's requests: counted once admitted) are then settled at
+        their own amounts, as ``settle`` would."""
         leases = self.leases
         taken: list[tuple[Lease, Decimal]] = []
         for charge in charges:
             lease = leases.get(charge.key)
             amount = charge.amount
-            if (
-                lease is None
-                or lease.limit != charge.limit
-                or not _covers(lease, amount)  # each charge after those before it
-            ):
-                for held, back in taken:
-                    held.used -= back
-                return False
+            if lease is None or lease.limit != charge.limit:
+                break
+            # _covers, written out (each charge after those before it)
+            available = lease.held - lease.used - lease.spent
+            if available < amount or available <= ZERO:
+                break
             lease.used += amount
             taken.append((lease, amount))
-        now = time.monotonic()
-        for lease, amount in taken:
-            lease.last_used = now
-            if amount > lease.largest:
-                lease.largest = amount
-        return True
+        else:
+            now = time.monotonic()
+            for lease, amount in taken:
+                lease.last_used = now
+                if amount > lease.largest:
+                    lease.largest = amount
+            for charge in counted:  # settle(counted, amount), written out: each just taken
+                lease = leases[charge.key]
+                lease.used -= charge.amount
+                lease.spent += charge.amount
+            return True
+        for held, back in taken:
+            held.used -= back
+        return False
 
     async def take(self, charges: tuple[spend.Charge, ...]) -> spend.Charge | None:
         """Take every charge from its slice, or none; the first that cannot be covered."""

@@ -88,13 +88,8 @@ class Serving:
             if isinstance(error, KvgateError):
                 error.headers.update(admitted.headers)
             raise
-        if admitted.headers:  # names no reply sets (x-ratelimit-*), lower case: appended
-            response.raw_headers.extend(
-                [
-                    (name.encode("latin-1"), value.encode("latin-1"))
-                    for name, value in admitted.headers.items()
-                ]
-            )
+        if admitted.fields:  # names no reply sets (x-ratelimit-*), lower case: appended
+            response.raw_headers.extend(admitted.fields)
         return response
 
     async def admit(self, ctx: Context) -> Admitted:
@@ -237,7 +232,6 @@ class Serving:
         # Counted before it is awaited: a client leaving while the record is made durable
         # cancels this task after the journal may already hold it, and its cost must still
         # reach the budget (an unrecordable record is charged all the same: never under).
-        if admitted.holds:
-            admitted.add(record)
+        admitted.add(record)  # nothing, for a request that holds nothing
         await self.ledger.keep(record)
         return record

@@ -27,7 +27,7 @@ returns after its minute has ended).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -37,6 +37,7 @@ from gateway.db.spend import Charge, window_counters
 from gateway.serving.leases import Key, Leases
 
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 # The counters hold money (Numeric(18, 9) on Postgres: under 10^9), so a count is kept
 # there as count x 10^-7: whole counts stay exact, and the largest cap (10^15 tokens) fits.
 UNIT = Decimal("0.0000001")
@@ -75,9 +76,10 @@ class Rated:
     tokens: tuple[Charge, ...]
     end: datetime  # the minute's end
     # Every charge, to take at admission (tokens: nothing, but some must be left), in key
-    # order; and each kind of x-ratelimit-* header's counters, with their caps.
+    # order; and each kind of x-ratelimit-* header's names and counters, with their caps
+    # (and each cap as its header's value).
     all: tuple[Charge, ...] = field(init=False, compare=False)
-    caps: tuple[tuple[tuple[str, str, str], tuple[tuple[Key, int], ...]], ...] = field(
+    caps: tuple[tuple[tuple[bytes, bytes, bytes], tuple[tuple[Key, int, bytes], ...]], ...] = field(
         init=False, compare=False
     )
 
@@ -87,8 +89,11 @@ class Rated:
         )
         caps = tuple(
             (
-                tuple(f"x-ratelimit-{name}-{kind}" for name in ("limit", "remaining", "reset")),
-                tuple((c.key, count_of(c.limit)) for c in charges),
+                tuple(
+                    f"x-ratelimit-{name}-{kind}".encode("latin-1")
+                    for name in ("limit", "remaining", "reset")
+                ),
+                tuple((c.key, cap, b"%d" % cap) for c in charges for cap in [count_of(c.limit)]),
             )
             for kind, charges in (("requests", self.requests), ("tokens", self.tokens))
         )
@@ -137,25 +142,45 @@ class Minutes:
         return found[1]
 
 
-def admitted_headers(leases: Leases, rate: Rated, at: datetime) -> dict[str, str]:
+def admitted_fields(leases: Leases, rate: Rated, at: datetime) -> list[tuple[bytes, bytes]]:
     """``rate_headers`` of an admitted request (no limit refused it), from its charges'
-    slices: what the hot path asks of every request of a limited key."""
-    headers: dict[str, str] = {}
+    slices, as the reply's raw header fields (lower-case names, latin-1, as a reply's
+    ``raw_headers`` holds them): what the hot path asks of every request of a limited key,
+    with no call per header."""
+    fields: list[tuple[bytes, bytes]] = []
     if not rate.caps:
-        return headers
-    reset = f"{max((rate.end - at).total_seconds(), 0.0):.3f}s"
+        return fields
+    seconds = (rate.end - at) / SECOND  # total_seconds(), the same float, with no call
+    reset = b"%.3fs" % (seconds if seconds > 0.0 else 0.0)
     held = leases.leases
     for (limit_name, remaining_name, reset_name), caps in rate.caps:
-        left = limit = 0
-        for n, (key, cap) in enumerate(caps):
+        left, limit, first = 0, b"", True
+        for key, cap, value in caps:
             lease = held.get(key)  # as Leases.total: none held, none counted here
-            room = cap if lease is None else cap - count_of(lease.total)
-            if n == 0 or room < left:
-                left, limit = room, cap
-        headers[limit_name] = str(limit)
-        headers[remaining_name] = str(left) if left > 0 else "0"
-        headers[reset_name] = reset
-    return headers
+            # count_of(lease.total), written out: no call per counter
+            room = (
+                cap
+                if lease is None
+                else cap - int((lease.counted + lease.spent + lease.used) / UNIT)
+            )
+            if first or room < left:
+                left, limit, first = room, value, False
+        fields += (
+            (limit_name, limit),
+            (remaining_name, b"%d" % left if left > 0 else b"0"),
+            (reset_name, reset),
+        )
+    return fields
+
+
+def by_name(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Raw header fields by name, as ``rate_headers`` gives them."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in fields}
+
+
+def admitted_headers(leases: Leases, rate: Rated, at: datetime) -> dict[str, str]:
+    """``admitted_fields`` by name, as ``rate_headers`` gives them."""
+    return by_name(admitted_fields(leases, rate, at))
 
 
 def windows(
