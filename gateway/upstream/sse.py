@@ -86,12 +86,16 @@ def inspect(event: bytes, state: StreamState) -> dict[str, Any] | None:
     for choice in choices:
         if isinstance(choice, dict) and choice.get("finish_reason"):
             state.finish_reason = str(choice["finish_reason"])
-    if isinstance(chunk.get("usage"), dict):
-        state.usage = chunk["usage"]
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        state.usage = usage
     if choices:
         state.content_events += 1
         return None
-    return chunk if has_usage else None
+    if usage is None and not _role_only(data):  # "usage" only deeper in: an ordinary event
+        state.content_events += 1
+    # Held back (to be priced) only when the chunk's own usage object is all it carries.
+    return chunk if isinstance(usage, dict) else None
 
 
 _EMPTY_CONTENT = (b'"content":""', b'"content": ""', b'"content":null', b'"content": null')

@@ -522,16 +522,10 @@ def test_an_event_gives_its_own_usage_and_finish_reason_and_is_held_only_if_usag
     assert not state.saw_done
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sse.inspect looks for the text '\"usage\":{' anywhere in the chunk: a chunk "
-    "without choices whose usage object is nested deeper is held back as the usage chunk "
-    "(not passed on; re-sent with a usage of its own when the client asked for usage)",
-)
 def test_a_chunk_whose_usage_is_nested_deeper_is_passed_on_as_it_is() -> None:
     state = StreamState()
     chunk = b'data: {"id":"x","choices":[],"meta":{"usage":{"tokens":1}}}\n\n'
-    assert (inspect(chunk, state), state.usage) == (None, None)
+    assert (inspect(chunk, state), state.usage, state.content_events) == (None, None, 1)
 
 
 @SETTINGS
