@@ -19,7 +19,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from gateway.config import Settings
-from gateway.server.connections import Answers, GuardedProtocol, Limits, Tally
+from gateway.server.connections import Answers, GuardedProtocol, Limits, Reaper, Tally
 
 log = logging.getLogger("kvgate.server")
 
@@ -89,6 +89,7 @@ class GatewayConfig(uvicorn.Config):
         self.limits = limits
         self.answers = Answers(limits)
         self.tally = Tally()
+        self.reaper = Reaper()
 
     def load(self) -> None:
         """Load as uvicorn does, in the process that will serve (each worker's own)."""

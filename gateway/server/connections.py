@@ -16,7 +16,9 @@ a body shorter than its Content-Length waits forever. Per connection:
 
 Every answer here is written straight to the socket and ends the connection: the answer
 and a FIN, then what the client still sends is dropped until it closes (``LINGER_S`` at
-most), so that a reset never drops the answer in flight. The cost
+most), so that a reset never drops the answer in flight. Deadlines that pass together (a
+client that opened its connections all at once) are cut a few at a turn of the loop
+(``Reaper``): one turn cutting thousands would stall every request in flight. The cost
 on the hot path is one timer per connection (armed when it opens, cancelled when it
 closes) and, per request, two comparisons and a clock read: a request that arrives in
 one read, as almost all do, arms no timer of its own.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +64,11 @@ _HEAD, _BODY, _IDLE, _CUT = 0, 1, 2, 3
 # LINGER_BYTES is closed on at once (it is flooding, not finishing a request).
 LINGER_S = 2.0
 LINGER_BYTES = 1 << 20
+# Connections past their deadline are cut at most CUTS_PER_TURN (or a hundredth of those
+# waiting, if more) every REAP_PAUSE_S: 3,200 a second, above what max_connections over a
+# timeout can bring, and any backlog gone within about a hundred turns.
+CUTS_PER_TURN = 16
+REAP_PAUSE_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +149,32 @@ class Tally:
             self.counts.clear()
 
 
+class Reaper:
+    """Connections whose deadline has passed, cut a few at a time (see CUTS_PER_TURN)."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[GuardedProtocol] = deque()
+        self._scheduled = False
+
+    def add(self, loop: asyncio.AbstractEventLoop, protocol: GuardedProtocol) -> None:
+        """Have ``protocol`` look at its deadline again, and act on it, at the next turn."""
+        self._waiting.append(protocol)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._turn, loop)
+
+    def _turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiting = self._waiting
+        for _ in range(max(CUTS_PER_TURN, len(waiting) // 100)):
+            if not waiting:
+                break
+            waiting.popleft()._reap()
+        if waiting:
+            loop.call_later(REAP_PAUSE_S, self._turn, loop)
+        else:
+            self._scheduled = False
+
+
 class _Stop(Exception):
     """Raised from a parser callback to stop parsing a connection already answered."""
 
@@ -162,6 +195,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.limits: Limits = config.limits  # type: ignore[attr-defined]
         self.answers: Answers = config.answers  # type: ignore[attr-defined]
         self.tally: Tally = config.tally  # type: ignore[attr-defined]
+        self.reaper: Reaper = config.reaper  # type: ignore[attr-defined]
         self._phase = _HEAD
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -286,6 +320,16 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._phase == _IDLE or self.transport.is_closing():
             return
         if self.loop.time() < self._deadline - 0.001:  # a later head or body: wait for it
+            self._watch()
+            return
+        self.reaper.add(self.loop, self)
+
+    def _reap(self) -> None:
+        """Past the deadline (the reaper's turn): cut the connection, unless it has since
+        finished what it was timed for or gone."""
+        if self._timer is not None or self._phase in (_IDLE, _CUT) or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline - 0.001:  # a new head or body since: its own
             self._watch()
             return
         if self._phase == _BODY:
