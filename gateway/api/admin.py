@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.billing import (
-    STATEMENT_RESPONSES,
-    GroupBy,
-    StatementFormat,
-    statement_response,
-)
+from gateway.api.billing import STATEMENT_RESPONSES, NamedStatementDep, statement_response
 from gateway.api.deps import AdminDep, SessionDep
 from gateway.api.openapi import ADMIN_TOKEN, errors
 from gateway.db import changes, crud
@@ -32,18 +27,10 @@ T = TypeVar("T")
     openapi_extra=SECURED,
     responses=STATEMENT_RESPONSES,
 )
-def statement(
-    _: AdminDep,
-    session: SessionDep,
-    tenant: str,
-    start: date,
-    end: date,
-    format: StatementFormat = "json",
-    group_by: GroupBy = None,
-) -> Response:
+def statement(_: AdminDep, session: SessionDep, query: NamedStatementDep) -> Response:
     """Any tenant's statement, by tenant name."""
-    row = crud.get_tenant(session, name=tenant)
-    return statement_response(session, row, start, end, format, group_by)
+    row = crud.get_tenant(session, name=query.tenant)
+    return statement_response(session, row, query)
 
 
 class NewKey(BaseModel):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from gateway import billing
 from gateway.api.deps import SessionDep, TenantDep
@@ -22,6 +23,30 @@ GroupBy = Annotated[
     str | None,
     Query(description="Split the lines by end user (`end_user`) or by a tag's value (`tag:KEY`)."),
 ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatementQuery:
+    """What the statement endpoints are asked: UTC days start..end (both included), the
+    format and the grouping of the lines (keyword-only: a subclass's own come first)."""
+
+    start: date
+    end: date
+    format: StatementFormat = "json"
+    group_by: GroupBy = None
+
+
+@dataclass(frozen=True, slots=True)
+class NamedStatementQuery(StatementQuery):
+    """A statement query for the tenant it names (the operator's; its first parameter)."""
+
+    tenant: str
+
+
+# The statement endpoints' query parameters, read into one value.
+StatementDep = Annotated[StatementQuery, Depends()]
+NamedStatementDep = Annotated[NamedStatementQuery, Depends()]
+
 # The statement endpoints' answer: the file as JSON or CSV, named for a download.
 STATEMENT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
@@ -35,19 +60,12 @@ router = APIRouter(prefix="/v1/billing", tags=["billing"], responses=errors(400,
     openapi_extra={"security": [{TENANT_KEY: []}]},
     responses=STATEMENT_RESPONSES,
 )
-def statement(
-    tenant: TenantDep,
-    session: SessionDep,
-    start: date,
-    end: date,
-    format: StatementFormat = "json",
-    group_by: GroupBy = None,
-) -> Response:
+def statement(tenant: TenantDep, session: SessionDep, query: StatementDep) -> Response:
     """The calling tenant's statement for UTC days start..end (both included)."""
     row = tenant_by_id(session, tenant.tenant_id)
     if row is None:
         raise NotFound("tenant not found")
-    return statement_response(session, row, start, end, format, group_by)
+    return statement_response(session, row, query)
 
 
 @router.get("/breakers", openapi_extra={"security": [{TENANT_KEY: []}]})
@@ -68,17 +86,13 @@ def breakers(
     return [document(p, tenant.tenant_name) for p in found]
 
 
-def statement_response(
-    session: Session,
-    tenant: TenantRow,
-    start: date,
-    end: date,
-    format: StatementFormat,
-    group_by: str | None,
-) -> Response:
+def statement_response(session: Session, tenant: TenantRow, query: StatementQuery) -> Response:
     """A tenant's statement as a download, in JSON or CSV."""
+    start, end, format = query.start, query.end, query.format
     body, media_type = billing.render(
-        billing.build_statement(session, tenant=tenant, start=start, end=end, group_by=group_by),
+        billing.build_statement(
+            session, tenant=tenant, start=start, end=end, group_by=query.group_by
+        ),
         format,
     )
     return Response(

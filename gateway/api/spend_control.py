@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.api.admin import SECURED, publish
 from gateway.api.deps import AdminDep, SessionDep, TenantDep
@@ -49,14 +49,26 @@ class NewBudget(BaseModel):
     webhook: str | None = Field(default=None, max_length=2000)
 
 
-class BudgetOut(BaseModel):
+class _ScopedOut(BaseModel):
+    # A budget or rate limit as the API shows it, read from the value's own attributes
+    # (``model_validate(value)``), its scope as text.
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    scope: str
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope_text(cls, scope: Any) -> str:
+        return str(scope)
+
+
+class BudgetOut(_ScopedOut):
     """A budget; ``spent``/``reserved``/``remaining`` are its current period's (an
     interaction budget's are each interaction's own, so none are shown). ``reserved`` is
     what requests in flight and the workers' leases hold; ``remaining`` is the limit less
     what was spent."""
 
-    id: str
-    scope: str
     limit: Decimal
     period: Period
     timezone: str
@@ -87,15 +99,7 @@ def budget_out(session: Session, budget: Budget, at: datetime) -> BudgetOut:
 
 def _settings_out(budget: Budget) -> BudgetOut:
     """A budget as it is set, without its period's spend."""
-    return BudgetOut(
-        id=budget.id,
-        scope=str(budget.scope),
-        limit=budget.limit,
-        period=budget.period,
-        timezone=budget.timezone,
-        alert_at=list(budget.alert_at),
-        webhook=budget.webhook,
-    )
+    return BudgetOut.model_validate(budget)
 
 
 @admin_router.post("/budgets", status_code=201, openapi_extra=SECURED)
@@ -151,9 +155,7 @@ class NewLimit(BaseModel):
     tokens_per_minute: int | None = Field(default=None, ge=0, le=10**15)
 
 
-class LimitOut(BaseModel):
-    id: str
-    scope: str
+class LimitOut(_ScopedOut):
     requests_per_minute: int | None
     tokens_per_minute: int | None
 
@@ -165,12 +167,7 @@ class LimitList(BaseModel):
 
 def limit_out(limit: RateLimit) -> LimitOut:
     """The rate limit as the API shows it."""
-    return LimitOut(
-        id=limit.id,
-        scope=str(limit.scope),
-        requests_per_minute=limit.requests_per_minute,
-        tokens_per_minute=limit.tokens_per_minute,
-    )
+    return LimitOut.model_validate(limit)
 
 
 @admin_router.post("/limits", status_code=201, openapi_extra=SECURED)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gateway.tools.cachetest.client import Outcome
-from gateway.tools.cachetest.costs import Billed, change, input_cost, spend, statement_price
+from gateway.tools.cachetest.costs import change, input_cost, spend, statement_price
+from gateway.tools.totals import StatementTotals
 from pricing.book import Rates
 
 PRICE = Rates(input=Decimal("0.20"), cache_read=Decimal("0.05"), output=Decimal("0.60"))
@@ -61,6 +62,7 @@ def test_billed_is_the_difference_of_two_statements() -> None:
         "requests": 2,
         "uncached_tokens": 10,
         "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
         "output_tokens": 2,
         "cost_uncached": "0.000002000",
         "cost_cache_read": "0.000000000",
@@ -77,8 +79,11 @@ def test_billed_is_the_difference_of_two_statements() -> None:
         "cost_cache_read": "0.000051200",
         "cost_total": "0.000058400",
     }
-    billed = Billed.between({"totals": zero}, {"totals": later})
-    assert billed == Billed(2, 2, 1024, 8, Decimal("0.000051600"), Decimal("0.000055200"))
+    billed = StatementTotals.of({"totals": later}).minus(StatementTotals.of({"totals": zero}))
+    assert billed == StatementTotals(
+        2, 2, 1024, 0, 8, Decimal("0.000051600"), Decimal("0.000055200")
+    )
+    assert billed.prompt_tokens == 1026 and billed.token_hit_rate == 1024 / 1026
 
 
 def test_change_is_relative_and_undefined_from_zero() -> None:

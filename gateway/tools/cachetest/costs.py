@@ -93,38 +93,6 @@ def statement_price(document: Mapping[str, Any], model: str) -> Rates | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class Billed:
-    """What kvgate's statement says the run cost (totals after minus totals before)."""
-
-    requests: int
-    uncached_tokens: int
-    cache_read_tokens: int
-    output_tokens: int
-    cost_input: Decimal  # uncached + cache read + cache write
-    cost_total: Decimal
-
-    @classmethod
-    def between(cls, before: Mapping[str, Any], after: Mapping[str, Any]) -> Billed:
-        """The difference of two statements' totals."""
-        b, a = before["totals"], after["totals"]
-
-        def tokens(name: str) -> int:
-            return int(a[name]) - int(b[name])
-
-        def usd(*names: str) -> Decimal:
-            return sum((Decimal(a[n]) - Decimal(b[n]) for n in names), ZERO)
-
-        return cls(
-            requests=tokens("requests"),
-            uncached_tokens=tokens("uncached_tokens"),
-            cache_read_tokens=tokens("cache_read_tokens"),
-            output_tokens=tokens("output_tokens"),
-            cost_input=usd("cost_uncached", "cost_cache_read", "cost_cache_write"),
-            cost_total=usd("cost_total"),
-        )
-
-
 def change(before: Decimal | float | None, after: Decimal | float | None) -> float | None:
     """(after - before) / before, or None when it has no meaning."""
     if before is None or after is None or not before:

@@ -22,12 +22,13 @@ from gateway.tools.cachetest.client import Endpoint, Outcome
 from gateway.tools.cachetest.cold_warm import ColdWarm
 from gateway.tools.cachetest.concurrency import Concurrency
 from gateway.tools.cachetest.context import Context
-from gateway.tools.cachetest.costs import Billed, statement_price
+from gateway.tools.cachetest.costs import statement_price
 from gateway.tools.cachetest.eviction import Eviction
 from gateway.tools.cachetest.isolation import Isolation, Verdict, judge
 from gateway.tools.cachetest.partial import Partial
 from gateway.tools.cachetest.plan import Plan, RunConfig
 from gateway.tools.cachetest.progress import Progress
+from gateway.tools.totals import StatementTotals
 from pricing.book import Rates
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ class Results:
     kvgate: bool  # the target answered the billing statement
     price: Rates | None
     price_source: str | None  # "command line", "kvgate statement" or None
-    billed: Billed | None  # the first key's statement, after minus before
+    billed: StatementTotals | None  # the first key's statement, after minus before
     started_at: datetime
     wall_s: float
     stage_wall_s: dict[str, float]
@@ -112,7 +113,7 @@ async def run(config: RunConfig, *, stream: TextIO | None = None) -> Results:
         if before is not None:
             progress.start("statement")
             after = await _settled(endpoint, config.key, day, before, len(ctx.sent))
-            billed = Billed.between(before, after)
+            billed = StatementTotals.of(after).minus(StatementTotals.of(before))
             if price is None:
                 price = statement_price(after, config.model)
                 price_source = "kvgate statement" if price is not None else None

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal
 from typing import Any
 
 import aiohttp
@@ -24,6 +23,7 @@ import orjson
 from gateway.tools.lcg import GOLDEN, MASK64, draws
 from gateway.tools.replay.metrics import percentile
 from gateway.tools.replay.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from gateway.tools.totals import StatementTotals
 
 # Words that common BPE vocabularies (and the simulated replica) hold as one token each.
 WORDS = (
@@ -236,31 +236,7 @@ def _has_output(chunk: dict[str, Any]) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
-class RecordTotals:
-    """A tenant's recorded totals, read from the gateway's billing statement."""
-
-    requests: int
-    prompt_tokens: int
-    cache_read_tokens: int
-    cost_total: Decimal
-
-    def minus(self, before: RecordTotals) -> RecordTotals:
-        """The totals recorded since ``before``."""
-        return RecordTotals(
-            self.requests - before.requests,
-            self.prompt_tokens - before.prompt_tokens,
-            self.cache_read_tokens - before.cache_read_tokens,
-            self.cost_total - before.cost_total,
-        )
-
-    @property
-    def token_hit_rate(self) -> float:
-        """Cache-read tokens over prompt tokens; 0.0 without prompt tokens."""
-        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-
-async def record_totals(target: str, key: str, *, start: date, end: date) -> RecordTotals:
+async def record_totals(target: str, key: str, *, start: date, end: date) -> StatementTotals:
     """The caller's own recorded totals for UTC days start..end (kvgate's statement API)."""
     url = f"{target.rstrip('/')}/v1/billing/statement?start={start}&end={end}&format=json"
     async with (
@@ -269,12 +245,5 @@ async def record_totals(target: str, key: str, *, start: date, end: date) -> Rec
     ):
         if reply.status != 200:
             raise RuntimeError(f"statement request failed ({reply.status}): {await reply.text()}")
-        totals = (await reply.json())["totals"]
-    return RecordTotals(
-        requests=totals["requests"],
-        prompt_tokens=totals["uncached_tokens"]
-        + totals["cache_read_tokens"]
-        + totals["cache_write_tokens"],
-        cache_read_tokens=totals["cache_read_tokens"],
-        cost_total=Decimal(totals["cost_total"]),
-    )
+        statement = await reply.json()
+    return StatementTotals.of(statement)
