@@ -7,4 +7,5 @@ cachetest/  ``kvgate cachetest``: the cache test plan against any endpoint
 demo.py     ``kvgate demo``: gateway, simulated replicas, dashboard and a workload
 workload.py the demo's traffic
 lcg.py      the word draws the simulated replica, the test plan and live replay share
+totals.py   a tenant's statement totals, read and subtracted (cachetest's and replay's bills)
 """
