@@ -52,6 +52,45 @@ def money(tokens: int, rate_per_million: Decimal) -> Decimal:
     return (rate_per_million * tokens / PER_MILLION).quantize(NANO, ROUND_HALF_EVEN)
 
 
+# ``money`` in integers, for the hot path (admission's largest cost): a rate as nano-dollars
+# per token, a fraction (numerator, denominator a power of ten), where its products stay
+# exact in Decimal: a rate's digits under 10^12, its value under 10^6 per million tokens,
+# and the tokens under ``NANO_TOKENS`` (then ``money`` neither rounds the product to 28
+# digits nor overflows its quantize, and ``money_nanos`` is exactly ``money`` x 10^9).
+NANO_TOKENS = 10**15
+
+
+def nano_rate(rate_per_million: Decimal) -> tuple[int, int] | None:
+    """A rate as (numerator, denominator) nano-dollars per token; None where ``money_nanos``
+    would not be exact (a rate too large, too long, or not finite)."""
+    if not rate_per_million.is_finite() or abs(rate_per_million) >= PER_MILLION:
+        return None
+    sign, digits, exponent = rate_per_million.as_tuple()
+    assert isinstance(exponent, int)
+    coefficient = int("".join(map(str, digits)) or "0")
+    if coefficient >= 10**12:
+        return None
+    if sign:
+        coefficient = -coefficient
+    shift = exponent + 3  # nano-dollars per token: rate x 10^9 / 10^6
+    if shift >= 0:
+        return coefficient * 10**shift, 1
+    return coefficient, 10**-shift
+
+
+def money_nanos(tokens: int, rate: tuple[int, int]) -> int:
+    """``money`` in nano-dollars (half-even), for a rate from ``nano_rate`` and fewer than
+    ``NANO_TOKENS`` tokens either way (the caller checks)."""
+    numerator, denominator = rate
+    product = tokens * numerator
+    if denominator == 1:
+        return product
+    nanos, rest = divmod(product, denominator)
+    if rest * 2 > denominator or (rest * 2 == denominator and nanos & 1):
+        nanos += 1
+    return nanos
+
+
 @dataclass(frozen=True, slots=True)
 class Cost:
     """What one request cost, per class; ``total`` is the exact sum of the classes."""

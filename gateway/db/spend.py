@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -196,24 +196,58 @@ def load_budgets(session: Session) -> tuple[int, tuple[Budget, ...]]:
     return changes.revision(session, BUDGETS), tuple(list_budgets(session))
 
 
-# Not frozen, but never changed once made (hashed as if frozen): admission makes one per
-# budget for each request, and a frozen dataclass's construction costs about 1.4 µs more
-# (its own __init__: the key made there, with no __post_init__ call).
-@dataclass(slots=True, unsafe_hash=True, init=False)
+# Lease units: the integers the leases count in (``gateway/serving/leases.py``), so that
+# admission adds and compares ints, not Decimals. A unit is 10^-11 of the prices'
+# currency: money is to the nano (10^-9) and a limit x 5 % (a slice) to 10^-11, so every
+# amount a lease holds is a whole number of units, exactly.
+UNITS = 10**11
+UNITS_PER_NANO = UNITS // 10**9
+_ZERO = Decimal(0)
+
+
+def to_units(amount: Decimal) -> int:
+    """An amount in lease units: exact for any amount to 11 decimals (money, limits and
+    their slices are), else rounded half-even to the unit."""
+    numerator, denominator = amount.as_integer_ratio()
+    units, rest = divmod(numerator * UNITS, denominator)
+    if rest * 2 > denominator or (rest * 2 == denominator and units & 1):
+        units += 1
+    return units
+
+
+def from_units(units: int) -> Decimal:
+    """Lease units as an amount: to the nano where they are whole nanos (as ``money``
+    gives them), else to the unit; 0 as ``Decimal(0)``."""
+    if not units:
+        return _ZERO
+    nanos, rest = divmod(units, UNITS_PER_NANO)
+    return Decimal(nanos).scaleb(-9) if not rest else Decimal(units).scaleb(-11)
+
+
 class Charge:
     """An amount charged to one counter: a budget (or a rate limit's minute, named by
     ``window_counters``), its subject ('' or an interaction id) and the start of its
-    period (and, where a lease should know it, its end)."""
+    period (and, where a lease should know it, its end).
 
-    budget_id: str
-    subject: str
-    period_start: datetime
-    limit: Decimal
-    amount: Decimal
-    period_end: datetime | None = None
-    # The counter charged: budget, subject and period start (made once: admission looks
-    # every slice up by it).
-    key: tuple[str, str, datetime] = field(init=False, repr=False, compare=False)
+    Never changed once made (compared and hashed on its six fields, as a frozen dataclass
+    would be; ``replace`` makes a changed copy). The amount and the limit are also held in
+    lease units (``units``, ``cap``), what the leases take; admission makes its charges
+    from those alone (``amount`` None), and the amount is made from them only if asked
+    (``from_units``: to the nano, as ``money`` gives it). A plain class with slots: admission
+    makes one per budget for each request, and a dataclass's construction cost more.
+    """
+
+    __slots__ = (
+        "_amount",
+        "budget_id",
+        "cap",
+        "key",
+        "limit",
+        "period_end",
+        "period_start",
+        "subject",
+        "units",
+    )
 
     def __init__(
         self,
@@ -221,16 +255,73 @@ class Charge:
         subject: str,
         period_start: datetime,
         limit: Decimal,
-        amount: Decimal,
+        amount: Decimal | None,
         period_end: datetime | None = None,
+        units: int | None = None,
+        cap: int | None = None,
     ) -> None:
         self.budget_id = budget_id
         self.subject = subject
         self.period_start = period_start
         self.limit = limit
-        self.amount = amount
         self.period_end = period_end
-        self.key = (budget_id, subject, period_start)
+        # The counter charged: budget, subject and period start (made once: admission
+        # looks every slice up by it).
+        self.key: tuple[str, str, datetime] = (budget_id, subject, period_start)
+        self._amount = amount
+        if units is None:
+            if amount is None:
+                raise TypeError("a charge needs its amount or its units")
+            units = to_units(amount)
+        self.units: int = units
+        self.cap: int = to_units(limit) if cap is None else cap
+
+    @property
+    def amount(self) -> Decimal:
+        """The amount charged (made from ``units`` once, where it was not given)."""
+        amount = self._amount
+        if amount is None:
+            amount = self._amount = from_units(self.units)
+        return amount
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.budget_id,
+            self.subject,
+            self.period_start,
+            self.limit,
+            self.amount,
+            self.period_end,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Charge)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Charge(budget_id={self.budget_id!r}, subject={self.subject!r}, "
+            f"period_start={self.period_start!r}, limit={self.limit!r}, "
+            f"amount={self.amount!r}, period_end={self.period_end!r})"
+        )
+
+    def replace(self, **changes: Any) -> Charge:
+        """A copy with ``changes`` (as ``dataclasses.replace`` makes one)."""
+        values: dict[str, Any] = {
+            "budget_id": self.budget_id,
+            "subject": self.subject,
+            "period_start": self.period_start,
+            "limit": self.limit,
+            "amount": self.amount,
+            "period_end": self.period_end,
+        }
+        values.update(changes)
+        return Charge(**values)
 
 
 def _counter(charge: Charge) -> Any:

@@ -45,6 +45,7 @@ from gateway.budgets import (
 from gateway.config import Deployment, ProviderDeployment
 from gateway.db import spend
 from gateway.db.session import DatabaseError, SessionFactory
+from gateway.db.spend import UNITS_PER_NANO, to_units
 from gateway.errors import BudgetExceeded, RateLimited, SpendUnavailable
 from gateway.metrics import Metrics
 from gateway.mirror import Mirror
@@ -53,8 +54,8 @@ from gateway.serving.calls import Endpoint
 from gateway.serving.context import Context
 from gateway.serving.leases import Leases
 from gateway.serving.rates import (
+    COUNT,
     MINUTE,
-    UNIT,
     Minutes,
     Rated,
     admitted_fields,
@@ -64,7 +65,7 @@ from gateway.serving.rates import (
     windows,
 )
 from pricing.book import PriceBook
-from pricing.cost import money
+from pricing.cost import NANO_TOKENS, money, nano_rate
 
 log = logging.getLogger("kvgate.admission")
 ZERO = Decimal(0)
@@ -126,7 +127,8 @@ class Plan:
     limits: tuple[RateLimit, ...] = ()
     rate: Rated = field(default_factory=lambda: Rated((), (), FOREVER))
     budgets: tuple[Budget, ...] = ()
-    leased: tuple[tuple[Budget, datetime], ...] = ()  # from slices: budget, period start
+    # from slices: budget, period start, limit in lease units
+    leased: tuple[tuple[Budget, datetime, int], ...] = ()
     exact: tuple[tuple[Budget, datetime], ...] = ()  # in the database, per request
 
 
@@ -173,10 +175,14 @@ def billed_models(deployment: Deployment | ProviderDeployment) -> frozenset[str]
     return models
 
 
+# A deployment's dearest rates: as priced (prompt, output) and, where ``money_nanos`` is
+# exact for them, as nano-dollar fractions (prompt numerator, denominator, output's).
+NanoRates = tuple[tuple[int, int, int, int], ...] | None
 # Each deployment's dearest rates, while the prices in force last: (deployment, book,
-# since, until, the rates).
+# since, until, the rates, the rates in nano-dollars).
 _RATES: dict[
-    int, tuple[object, PriceBook, datetime, datetime, tuple[tuple[Decimal, Decimal], ...]]
+    int,
+    tuple[object, PriceBook, datetime, datetime, tuple[tuple[Decimal, Decimal], ...], NanoRates],
 ] = {}
 
 
@@ -185,6 +191,13 @@ def dearest_rates(
 ) -> tuple[tuple[Decimal, Decimal], ...]:
     """The dearest prompt and output rates of each model the deployment bills as, in force
     at ``at`` (looked up again only when the book is replaced or a dated price begins)."""
+    return _dearest(book, deployment, at)[4]
+
+
+def _dearest(
+    book: PriceBook, deployment: Deployment | ProviderDeployment, at: datetime
+) -> tuple[object, PriceBook, datetime, datetime, tuple[tuple[Decimal, Decimal], ...], NanoRates]:
+    """``dearest_rates``' cache entry (the rates in nano-dollars with them)."""
     known = _RATES.get(id(deployment))
     if (
         known is not None
@@ -192,7 +205,7 @@ def dearest_rates(
         and known[1] is book
         and known[2] <= at < known[3]
     ):
-        return known[4]
+        return known
     since, until = EPOCH, FOREVER
     rates = []
     for model in sorted(billed_models(deployment)):
@@ -204,8 +217,27 @@ def dearest_rates(
             rates.append(price.dearest)
     if len(_RATES) > 10_000:  # deployments reloaded many times: start again
         _RATES.clear()
-    _RATES[id(deployment)] = (deployment, book, since, until, tuple(rates))
-    return tuple(rates)
+    known = _RATES[id(deployment)] = (
+        deployment,
+        book,
+        since,
+        until,
+        tuple(rates),
+        nano_rates(rates),
+    )
+    return known
+
+
+def nano_rates(rates: Sequence[tuple[Decimal, Decimal]]) -> NanoRates:
+    """(prompt, output) rates as nano-dollar fractions (``nano_rate``); None if any is not
+    exact in ints (``largest_units`` then prices with ``money``)."""
+    nanos = []
+    for prompt_rate, output_rate in rates:
+        prompt_nanos, output_nanos = nano_rate(prompt_rate), nano_rate(output_rate)
+        if prompt_nanos is None or output_nanos is None:
+            return None
+        nanos.append((*prompt_nanos, *output_nanos))
+    return tuple(nanos)
 
 
 def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
@@ -215,12 +247,49 @@ def largest_cost(ledger: Ledger, ctx: Context, at: datetime) -> Decimal:
     output = output_cap(ctx)
     if ctx.call.endpoint is Endpoint.COMPLETIONS and ctx.call.body.get("echo"):
         output += prompt
+    return _worst(prompt, output, dearest_rates(ledger.book, ctx.deployment, at))
+
+
+def _worst(prompt: int, output: int, rates: tuple[tuple[Decimal, Decimal], ...]) -> Decimal:
     worst = ZERO
-    for prompt_rate, output_rate in dearest_rates(ledger.book, ctx.deployment, at):
+    for prompt_rate, output_rate in rates:
         cost = money(prompt, prompt_rate) + money(output, output_rate)
         if cost > worst:
             worst = cost
     return worst
+
+
+def largest_units(ledger: Ledger, ctx: Context, at: datetime) -> int:
+    """``largest_cost`` in lease units, in ints (``money_nanos``, written out) where that
+    is exact, which every real price and request is; else ``largest_cost``'s, converted."""
+    call = ctx.call
+    prompt = call.body_bytes or 4 * call.prompt_chars + 1024
+    output = output_cap(ctx)
+    if call.endpoint is Endpoint.COMPLETIONS and call.body.get("echo"):
+        output += prompt
+    known = _dearest(ledger.book, ctx.deployment, at)
+    rates = known[5]
+    if rates is None or not (
+        -NANO_TOKENS < prompt < NANO_TOKENS and -NANO_TOKENS < output < NANO_TOKENS
+    ):
+        return to_units(_worst(prompt, output, known[4]))
+    worst = 0
+    for prompt_m, prompt_d, output_m, output_d in rates:
+        # money_nanos(prompt) + money_nanos(output), written out: half-even to the nano
+        cost = prompt * prompt_m
+        if prompt_d != 1:
+            cost, rest = divmod(cost, prompt_d)
+            if rest * 2 > prompt_d or (rest * 2 == prompt_d and cost & 1):
+                cost += 1
+        nanos = output * output_m
+        if output_d != 1:
+            nanos, rest = divmod(nanos, output_d)
+            if rest * 2 > output_d or (rest * 2 == output_d and nanos & 1):
+                nanos += 1
+        cost += nanos
+        if cost > worst:
+            worst = cost
+    return worst * UNITS_PER_NANO
 
 
 class Admission:
@@ -283,13 +352,16 @@ class Admission:
             return plan
         window = self.minutes.minute(at)
         since, until = window, window + MINUTE
-        leased: list[tuple[Budget, datetime]] = []
+        leased: list[tuple[Budget, datetime, int]] = []
         exact: list[tuple[Budget, datetime]] = []
         for budget in budgets:
             start, end = self._period(budget, at)
             since, until = max(since, start), min(until, end)
             slices = self.lease_budgets and budget.scope.kind is not INTERACTION
-            (leased if slices else exact).append((budget, start))
+            if slices:
+                leased.append((budget, start, to_units(budget.limit)))
+            else:
+                exact.append((budget, start))
         plan = self._plans[caller] = Plan(
             rules,
             since,
@@ -328,11 +400,12 @@ class Admission:
             if not plan.governed:
                 return FREE
         rate = plan.rate
-        amount = largest_cost(self.ledger, ctx, at) if plan.budgets else ZERO
+        # In lease units; each charge makes its Decimal amount only if asked (not here).
+        units = largest_units(self.ledger, ctx, at) if plan.budgets else 0
         leased = tuple(
             [
-                spend.Charge(budget.id, "", start, budget.limit, amount)
-                for budget, start in plan.leased
+                spend.Charge(budget.id, "", start, budget.limit, None, None, units, cap)
+                for budget, start, cap in plan.leased
             ]
         )
         # The steady state; a request counts in its minutes once admitted (tokens: recorded).
@@ -349,7 +422,9 @@ class Admission:
                 ctx.interaction_id if budget.scope.kind is INTERACTION else "",
                 start,
                 budget.limit,
-                amount,
+                None,
+                None,
+                units,
             )
             for budget, start in plan.exact
         ]
@@ -409,7 +484,7 @@ class Admission:
             if short is not None or not done:  # refused, or an error on the way
                 self.leases.give_back((*rate.all, *taken))
         if short is None:  # a request counts in its minutes once admitted (tokens: recorded)
-            self.leases.settle(rate.requests, UNIT)
+            self.leases.settle_units(rate.requests, COUNT)
         return None, short
 
     def _reserve(
@@ -461,16 +536,17 @@ class Admission:
         if admitted.charges:  # only those are live (renewed by ``tick``)
             self.live.discard(admitted.request_id)
         cost = admitted.cost
+        units = to_units(cost)
         for charge in (*admitted.leased, *admitted.charges):
-            if charge.amount < cost:
+            if charge.units < units:  # charge.amount < cost, in ints
                 log.warning(
                     "a request cost %s, above the %s reserved for it on budget %s",
                     cost,
                     charge.amount,
                     charge.budget_id,
                 )
-        self.leases.settle(admitted.leased, cost)
-        self.leases.settle(admitted.tokens_of, admitted.tokens * UNIT)  # units(tokens)
+        self.leases.settle_units(admitted.leased, units)
+        self.leases.settle_units(admitted.tokens_of, admitted.tokens * COUNT)  # units(tokens)
         if not admitted.charges:
             return
         try:

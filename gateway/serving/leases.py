@@ -24,6 +24,11 @@ after a worker's last request; a request can be refused while other workers stil
 that much; spend never passes the limit. A worker that dies leaves its slice to be swept
 after the hold TTL (and the spend it had not flushed, at most ``SPEND_FLUSH_S`` of it, or
 about ``SPEND_SHARE`` of its slice, is missing from the counter, not from the records).
+
+A lease counts in integer lease units (``spend.UNITS``: 10^-11 of the prices' currency,
+in which money, limits and slices are whole numbers), so that admission adds and compares
+ints; amounts become ``Decimal`` only at the edges (a sync's request and result, ``total``,
+``settle``'s amount, the alerts).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from decimal import Decimal
 
 from gateway.db import spend
 from gateway.db.session import DatabaseError, SessionFactory
+from gateway.db.spend import from_units, to_units
 
 log = logging.getLogger("kvgate.leases")
 SHARE = Decimal("0.05")  # a slice is at most this share of the limit...
@@ -46,6 +52,7 @@ SLICE_REQUESTS = 8  # ...or room for this many of the largest request seen, if m
 FLUSH_S = 0.1  # how often a worker looks at its slices
 SPEND_FLUSH_S = 1.0  # a slice's spend is flushed at least this often...
 SPEND_SHARE = Decimal("0.25")  # ...and once it is this share of the slice
+SPEND_SHARES = 4  # SPEND_SHARE as 1 / this (the leases' ints compare without it)
 IDLE_S = 1.0  # a slice unused this long goes back to the budget
 AHEAD_S = 2 * FLUSH_S  # a period about to begin: its slice taken this long before
 ZERO = Decimal(0)
@@ -55,44 +62,55 @@ Key = tuple[str, str, datetime]
 
 @dataclass(slots=True)
 class Lease:
-    """This worker's slice of one counter."""
+    """This worker's slice of one counter; its amounts in lease units (``spend.UNITS``)."""
 
     budget_id: str
     period_start: datetime
     limit: Decimal
     ends: datetime | None = None  # where known, its period's end: no slice held past it
-    held: Decimal = ZERO
-    used: Decimal = ZERO
-    spent: Decimal = ZERO
-    counted: Decimal = ZERO  # the counter's spend as of the last sync
-    largest: Decimal = ZERO
+    held: int = 0
+    used: int = 0
+    spent: int = 0
+    counted: int = 0  # the counter's spend as of the last sync
+    largest: int = 0
     last_used: float = field(default_factory=time.monotonic)
     synced_at: float = 0.0  # when its hold's expiry was last renewed
     syncing: asyncio.Event | None = None
     waiting: int = 0  # requests waiting for a sync to cover them: the slice stays known
+    cap: int = field(init=False, default=0)  # the limit, in units
+    share: int = field(init=False, default=0)  # SHARE x the limit, in units
+
+    def __post_init__(self) -> None:
+        self.set_limit(self.limit)
+
+    def set_limit(self, limit: Decimal) -> None:
+        """The counter's limit (and its share, in units, made once per limit)."""
+        self.limit = limit
+        self.cap = to_units(limit)
+        self.share = to_units(limit * SHARE)
 
     @property
-    def available(self) -> Decimal:
+    def available(self) -> int:
         """What this slice can still admit: held, less used and spent."""
         return self.held - self.used - self.spent
 
     @property
-    def total(self) -> Decimal:
+    def total(self) -> int:
         """The counter's spend as this worker knows it: synced, then its own since."""
         return self.counted + self.spent + self.used
 
-    def want(self, now: float, at: datetime) -> Decimal:
+    def want(self, now: float, at: datetime) -> int:
         """The slice to hold: none once idle, or once its period has ended."""
         if now - self.last_used > IDLE_S or (self.ends is not None and at >= self.ends):
-            return ZERO
-        return max(self.limit * SHARE, self.largest * SLICE_REQUESTS)
+            return 0
+        return max(self.share, self.largest * SLICE_REQUESTS)
 
 
 def _key(charge: spend.Charge) -> Key:
     return charge.key
 
 
-def _covers(lease: Lease, amount: Decimal) -> bool:
+def _covers(lease: Lease, amount: int) -> bool:
     """Whether the slice covers an amount. A slice with nothing left covers nothing, not
     even a free request (a zero budget)."""
     available = lease.held - lease.used - lease.spent
@@ -107,7 +125,7 @@ class _Pending:
     lease: Lease
     event: asyncio.Event
     at: float
-    spent: Decimal
+    spent: int
     request: spend.LeaseSync
 
 
@@ -135,8 +153,11 @@ class Leases:
         if lease is None:
             lease = Lease(charge.budget_id, charge.period_start, charge.limit, charge.period_end)
             self.leases[charge.key] = lease
-        lowered = charge.limit < lease.limit
-        lease.limit = charge.limit
+        lowered = charge.cap < lease.cap
+        if charge.cap != lease.cap:
+            lease.set_limit(charge.limit)
+        else:
+            lease.limit = charge.limit
         return lease, lowered
 
     def take_now(
@@ -149,15 +170,15 @@ class Leases:
         ``counted`` (a rate limit's requests: counted once admitted) are then settled at
         their own amounts, as ``settle`` would."""
         leases = self.leases
-        taken: list[tuple[Lease, Decimal]] = []
+        taken: list[tuple[Lease, int]] = []
         for charge in charges:
             lease = leases.get(charge.key)
-            amount = charge.amount
-            if lease is None or lease.limit != charge.limit:
+            amount = charge.units
+            if lease is None or lease.cap != charge.cap:
                 break
             # _covers, written out (each charge after those before it)
             available = lease.held - lease.used - lease.spent
-            if available < amount or available <= ZERO:
+            if available < amount or available <= 0:
                 break
             lease.used += amount
             taken.append((lease, amount))
@@ -169,8 +190,8 @@ class Leases:
                     lease.largest = amount
             for charge in counted:  # settle(counted, amount), written out: each just taken
                 lease = leases[charge.key]
-                lease.used -= charge.amount
-                lease.spent += charge.amount
+                lease.used -= charge.units
+                lease.spent += charge.units
             return True
         for held, back in taken:
             held.used -= back
@@ -186,7 +207,7 @@ class Leases:
             for charge in charges:
                 lease, lowered = self._lease(charge)
                 lease.last_used = now
-                amount = charge.amount
+                amount = charge.units
                 if amount > lease.largest:
                     lease.largest = amount
                 if lowered or not _covers(lease, amount):  # the steady state skips this
@@ -213,15 +234,19 @@ class Leases:
         for charge in charges:
             lease = self.leases.get(charge.key)
             if lease is not None:
-                lease.used -= charge.amount
+                lease.used -= charge.units
 
     def settle(self, charges: tuple[spend.Charge, ...], amount: Decimal) -> None:
         """The request's reservations become what it came to (flushed by the next sync);
         a slice forgotten meanwhile (its period over, its budget deleted) takes nothing."""
+        self.settle_units(charges, to_units(amount))
+
+    def settle_units(self, charges: tuple[spend.Charge, ...], amount: int) -> None:
+        """``settle``, the amount in lease units."""
         for charge in charges:
             lease = self.leases.get(charge.key)
             if lease is not None:
-                lease.used -= charge.amount
+                lease.used -= charge.units
                 lease.spent += amount
                 if amount > lease.largest:
                     lease.largest = amount
@@ -229,9 +254,9 @@ class Leases:
     def total(self, key: Key) -> Decimal:
         """A counter's spend as this worker knows it (zero for a counter it holds none of)."""
         lease = self.leases.get(key)
-        return lease.total if lease is not None else ZERO
+        return from_units(lease.total) if lease is not None else ZERO
 
-    async def sync(self, key: Key, *, need: Decimal = ZERO, again: bool = False) -> None:
+    async def sync(self, key: Key, *, need: int = 0, again: bool = False) -> None:
         """Flush one slice's spend and resize it (one at a time per slice); ``again``: a
         sync already under way is not enough (it began before the limit was lowered)."""
         lease = self.leases[key]
@@ -241,7 +266,7 @@ class Leases:
                 return
         await self._run([self._begin(lease, need)])
 
-    def _begin(self, lease: Lease, need: Decimal) -> _Pending:
+    def _begin(self, lease: Lease, need: int) -> _Pending:
         """Mark the slice as syncing, and what its sync asks of the counter."""
         event = lease.syncing = asyncio.Event()
         now = time.monotonic()
@@ -257,9 +282,9 @@ class Leases:
             subject="",
             period_start=lease.period_start,
             limit=lease.limit,
-            spent=spent,
-            want=want,
-            floor=used,
+            spent=from_units(spent),
+            want=from_units(want),
+            floor=from_units(used),
             expires_at=self.clock() + self.hold_ttl,
         )
         return _Pending(lease, event, now, spent, request)
@@ -286,11 +311,11 @@ class Leases:
         lease = one.lease
         lease.synced_at = one.at
         lease.spent -= one.spent
-        lease.held = held
-        lease.counted = after
+        lease.held = to_units(held)
+        lease.counted = to_units(after)
         if one.spent and self.crossed is not None:
             charge = spend.Charge(lease.budget_id, "", lease.period_start, lease.limit, ZERO)
-            self.crossed(charge, after - one.spent, after)
+            self.crossed(charge, after - one.request.spent, after)
 
     def _sync(self, requests: list[spend.LeaseSync]) -> list[tuple[Decimal, Decimal]]:
         # One transaction for a tick's syncs; the counters' rows are locked in key order
@@ -329,21 +354,21 @@ class Leases:
             want = lease.want(now, at)
             if lease.syncing is None and (
                 self._spend_due(lease, now)
-                or lease.available < want / 2
+                or lease.available * 2 < want  # available < want / 2, in ints
                 or lease.held > want + lease.used
                 or (lease.held > 0 and now - lease.synced_at > self.hold_ttl.total_seconds() / 3)
             ):
                 due.append(lease)
         if due:
             try:
-                await self._run([self._begin(lease, ZERO) for lease in due])
+                await self._run([self._begin(lease, 0) for lease in due])
             except DatabaseError:
                 # One by one: a slice whose sync fails does not hold the others back.
                 for lease in due:
                     if lease.syncing is not None:
                         continue
                     try:
-                        await self._run([self._begin(lease, ZERO)])
+                        await self._run([self._begin(lease, 0)])
                     except DatabaseError as exc:
                         log.warning("lease of %s not synced (%s); retrying", lease.budget_id, exc)
         for key, lease in list(self.leases.items()):
@@ -355,7 +380,8 @@ class Leases:
         """Whether a slice's spend is to be flushed: the counter then knows it (other
         workers' headers and refusals, the alerts) and a crash cannot lose more of it."""
         return lease.spent > 0 and (
-            now - lease.synced_at >= SPEND_FLUSH_S or lease.spent >= lease.held * SPEND_SHARE
+            now - lease.synced_at >= SPEND_FLUSH_S
+            or lease.spent * SPEND_SHARES >= lease.held  # spent >= held x SPEND_SHARE
         )
 
     def _forgettable(self, lease: Lease) -> bool:

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gateway.budgets import RateLimit
-from gateway.db.spend import Charge, window_counters
+from gateway.db.spend import Charge, to_units, window_counters
 from gateway.serving.leases import Key, Leases
 
 MINUTE = timedelta(minutes=1)
@@ -41,6 +41,7 @@ SECOND = timedelta(seconds=1)
 # The counters hold money (Numeric(18, 9) on Postgres: under 10^9), so a count is kept
 # there as count x 10^-7: whole counts stay exact, and the largest cap (10^15 tokens) fits.
 UNIT = Decimal("0.0000001")
+COUNT = to_units(UNIT)  # a count in lease units (``spend.UNITS``)
 
 
 def units(count: int) -> Decimal:
@@ -157,12 +158,11 @@ def admitted_fields(leases: Leases, rate: Rated, at: datetime) -> list[tuple[byt
         left, limit, first = 0, b"", True
         for key, cap, value in caps:
             lease = held.get(key)  # as Leases.total: none held, none counted here
-            # count_of(lease.total), written out: no call per counter
-            room = (
-                cap
-                if lease is None
-                else cap - int((lease.counted + lease.spent + lease.used) / UNIT)
-            )
+            if lease is None:
+                room = cap
+            else:  # count_of(lease.total), written out in ints: truncated toward zero
+                total = lease.counted + lease.spent + lease.used
+                room = cap - (total // COUNT if total >= 0 else -(-total // COUNT))
             if first or room < left:
                 left, limit, first = room, value, False
         fields += (

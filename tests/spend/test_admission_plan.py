@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from gateway.budgets import DEFAULT_ALERTS, Budget, Period, parse_scope
 from gateway.db import spend
 from gateway.db.session import session_factory, transaction
+from gateway.db.spend import from_units
 from gateway.errors import BudgetExceeded
 from gateway.mirror import Mirror
 from gateway.serving.admission import Admission, Admitted, dearest_rates
@@ -184,14 +185,14 @@ def test_the_synchronous_take_is_all_or_nothing(engine: Engine) -> None:
         leases.give_back((cent,))
 
     asyncio.run(held())
-    lease = leases.leases[cent.key]
+    lease = leases.leases[cent.key]  # its amounts in lease units
     slice_ = lease.available
-    assert slice_ >= Decimal("0.08")  # room for eight such requests at least
+    assert from_units(slice_) >= Decimal("0.08")  # room for eight such requests at least
 
-    assert leases.take_now((cent,)) and lease.used == Decimal("0.01")
-    lowered = replace(cent, limit=Decimal("0.5"))
-    assert not leases.take_now((lowered,)) and lease.used == Decimal("0.01")
-    whole = replace(cent, amount=lease.available)
-    assert not leases.take_now((cent, whole)) and lease.used == Decimal("0.01")
+    assert leases.take_now((cent,)) and from_units(lease.used) == Decimal("0.01")
+    lowered = cent.replace(limit=Decimal("0.5"))
+    assert not leases.take_now((lowered,)) and from_units(lease.used) == Decimal("0.01")
+    whole = cent.replace(amount=from_units(lease.available))
+    assert not leases.take_now((cent, whole)) and from_units(lease.used) == Decimal("0.01")
     assert leases.take_now((whole,)) and lease.available == 0
-    assert not leases.take_now((replace(cent, amount=Decimal(0)),))  # nothing left: not even free
+    assert not leases.take_now((cent.replace(amount=Decimal(0)),))  # nothing left: not even free

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.budgets import RateLimit, parse_scope
+from gateway.db.spend import to_units
 from gateway.serving.leases import Lease, Leases
 from gateway.serving.rates import (
     admitted_headers,
@@ -38,9 +39,9 @@ def _leases(limits: tuple[RateLimit, ...], counts: dict[str, tuple[int, int, int
             charge.period_start,
             charge.limit,
             charge.period_end,
-            counted=units(counted),
-            spent=units(spent),
-            used=units(used),
+            counted=to_units(units(counted)),
+            spent=to_units(units(spent)),
+            used=to_units(units(used)),
         )
     return leases
 
