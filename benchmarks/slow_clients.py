@@ -182,12 +182,12 @@ def main() -> None:
     parser.add_argument(
         "--holder-nice",
         type=int,
-        default=19,
+        default=0,
         help="the nice value this script holds the slow connections at (the normal load"
         " and the sim stay at 0): on a machine of two cores the holder shares a core with"
         " them, and its own bursts of work (reading thousands of answers at once and"
-        " opening as many connections again) would otherwise delay them, where an"
-        " attacker is not on the gateway's machine; 0 to compete as an equal",
+        " opening as many connections again) delay them, where an attacker would not be"
+        " on the gateway's machine; 19 to keep it off their share of the core",
     )
     parser.add_argument(
         "--no-pin",
