@@ -24,10 +24,13 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
+import uvloop
+from aiohttp import http_writer
 from starlette.requests import Request
 from starlette.types import Message
 
 from gateway.api.inference import read_body
+from gateway.server import write_bodies_unjoined
 from tests.factories import litellm, vllm
 from tests.faults.conftest import INSTANT, MODEL, Stack, make_stack
 from tests.reliability.wire import reset_peak, status_kib
@@ -312,3 +315,53 @@ def test_a_body_in_pieces_is_read_into_one_buffer_not_pieces_and_their_join() ->
     # One buffer grown in place (bytearray over-allocates by an eighth); the pieces and
     # their join held it twice.
     assert peak <= 1.25 * len(body)
+
+
+async def _post_peak(body: bytes) -> int:
+    """Peak memory allocated while aiohttp posts ``body`` (made before tracing began) to a
+    server that reads it all and answers."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(h for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")).split(
+                b":"
+            )[1]
+        )
+        while length:
+            length -= len(await reader.read(min(length, 64 * 1024)))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            tracemalloc.start()
+            try:
+                async with session.post(f"http://127.0.0.1:{port}/", data=body) as reply:
+                    assert reply.status == 200
+                return tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("unjoined", [True, False])
+def test_aiohttp_sends_a_large_body_without_a_copy_joined_to_its_head(
+    unjoined: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What every serving process does at start (gateway.server.write_bodies_unjoined), on
+    uvloop as they run: a 4 MiB body goes to the socket as it is. aiohttp's default on
+    Python before 3.12.9 joins it to its head first, a whole copy."""
+    monkeypatch.setattr(http_writer, "SKIP_WRITELINES", http_writer.SKIP_WRITELINES)
+    if unjoined:
+        write_bodies_unjoined()
+    body = b"x" * (4 * 1024 * 1024)
+    peak = uvloop.run(_post_peak(body))
+    if unjoined:
+        assert peak < 0.25 * len(body)
+    elif sys.version_info < (3, 12, 9):  # the copy the setting exists for
+        assert peak >= len(body)
