@@ -322,12 +322,8 @@ async def _post_peak(body: bytes) -> int:
     server that reads it all and answers."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(
-            next(h for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")).split(
-                b":"
-            )[1]
-        )
+        head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
         while length:
             length -= len(await reader.read(min(length, 64 * 1024)))
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
