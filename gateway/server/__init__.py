@@ -80,6 +80,20 @@ def release_large_buffers() -> None:
     libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
+def write_bodies_unjoined() -> None:
+    """Let aiohttp hand a request's head and large body to the transport as two buffers.
+
+    On Python before 3.12.9 aiohttp joins them into one (``b"".join``): a whole copy of
+    every body it sends, held until the socket has taken it (sixteen 3.9 MiB chat bodies
+    through litellm kept five such copies at their peak). It does so because asyncio's own
+    ``writelines`` had a flaw (CVE-2024-12254) until then; uvloop's, which every serving
+    process runs on, queues the buffers as they are, as aiohttp does on later Pythons.
+    """
+    from aiohttp import http_writer
+
+    http_writer.SKIP_WRITELINES = False
+
+
 class GatewayConfig(uvicorn.Config):
     """uvicorn's Config with the connection limits the protocol reads (picklable: a worker
     process receives it whole)."""
@@ -94,6 +108,7 @@ class GatewayConfig(uvicorn.Config):
     def load(self) -> None:
         """Load as uvicorn does, in the process that will serve (each worker's own)."""
         release_large_buffers()
+        write_bodies_unjoined()
         super().load()
 
 

@@ -46,10 +46,13 @@ class ProviderStream:
     content_chunks: int = 0
     ended: bool = False
     _estimate: int = field(default=0)
+    _response: Any = None  # the provider's httpx response under litellm's stream, if any
 
     async def start(self) -> None:
         """Wait for the first chunk, so that a provider's failure raises before any response."""
         self._estimate = prompt_estimate(self.request.body)
+        # Taken now: litellm lets go of its SDK stream when it ends or is closed.
+        self._response = getattr(getattr(self.source, "completion_stream", None), "response", None)
         try:
             self.first = await self.source.__anext__()
         except StopAsyncIteration:
@@ -158,3 +161,21 @@ class ProviderStream:
                 await closer()
             except Exception:  # closing a broken stream must not hide why it broke
                 log.debug("closing a provider stream failed", exc_info=True)
+        let_go_of_request(self._response)
+        self._response = None
+
+
+def let_go_of_request(response: Any) -> None:
+    """Break the cycle that keeps a closed stream's request, and its whole serialized body.
+
+    httpx's response and its stream refer to each other. A stream's response lives as long
+    as the generation, so by its end the collector has moved it to its oldest generation,
+    which only a full collection visits (0.3 s with litellm loaded): sixteen streamed 3.9
+    MiB chats left 52-55 MiB resident. Without the cycle, the response, its request and
+    the body go as soon as the stream is dropped. A stream litellm reads some other way
+    (no OpenAI SDK stream with its httpx response under it) is left as it is.
+    """
+    import httpx  # litellm's own dependency, loaded with it
+
+    if isinstance(response, httpx.Response):
+        response.stream = httpx.ByteStream(b"")
