@@ -64,14 +64,6 @@ _HEAD, _BODY, _IDLE, _CUT = 0, 1, 2, 3
 # LINGER_BYTES is closed on at once (it is flooding, not finishing a request).
 LINGER_S = 2.0
 LINGER_BYTES = 1 << 20
-# Connections past their deadline are cut CUTS_PER_TURN every REAP_PAUSE_S (800 a second),
-# or, with more waiting, a share of them (1/REAP_SHARE: a backlog halves within about 1.4
-# s, whatever its size). A cut, with the client's next connection that follows it, costs
-# the loop 0.1-0.2 ms: a wave of 2,000 then takes a fifth of the loop's time for about 3 s
-# instead of all of it for half a second.
-CUTS_PER_TURN = 4
-REAP_SHARE = 400
-REAP_PAUSE_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +142,16 @@ class Tally:
             said = ", ".join(f"{n} {reason}" for reason, n in sorted(self.counts.items()))
             log.warning("connections cut in the last %g s: %s", TALLY_WINDOW_S, said)
             self.counts.clear()
+
+
+# Connections past their deadline are cut CUTS_PER_TURN every REAP_PAUSE_S (800 a second),
+# or, with more waiting, a share of them (1/REAP_SHARE: a backlog halves within about 1.4
+# s, whatever its size). A cut, with the client's next connection that follows it, costs
+# the loop 0.1-0.2 ms: a wave of 2,000 then takes a fifth of the loop's time for about 3 s
+# instead of all of it for half a second.
+CUTS_PER_TURN = 4
+REAP_SHARE = 400
+REAP_PAUSE_S = 0.005
 
 
 class Reaper:
