@@ -83,12 +83,15 @@ def money_nanos(tokens: int, rate: tuple[int, int]) -> int:
     ``NANO_TOKENS`` tokens either way (the caller checks)."""
     numerator, denominator = rate
     product = tokens * numerator
-    if denominator == 1:
-        return product
-    nanos, rest = divmod(product, denominator)
-    if rest * 2 > denominator or (rest * 2 == denominator and nanos & 1):
-        nanos += 1
-    return nanos
+    return product if denominator == 1 else divide_half_even(product, denominator)
+
+
+def divide_half_even(numerator: int, denominator: int) -> int:
+    """``numerator / denominator`` (a positive denominator) rounded half-even to an int."""
+    quotient, rest = divmod(numerator, denominator)
+    if rest * 2 > denominator or (rest * 2 == denominator and quotient & 1):
+        quotient += 1
+    return quotient
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from gateway.db.models import (
     RateLimitRow,
 )
 from gateway.errors import InvalidRequest, NotFound
+from pricing.cost import divide_half_even
 
 BUDGETS = "budgets"
 LIMITS = "limits"
@@ -209,10 +210,7 @@ def to_units(amount: Decimal) -> int:
     """An amount in lease units: exact for any amount to 11 decimals (money, limits and
     their slices are), else rounded half-even to the unit."""
     numerator, denominator = amount.as_integer_ratio()
-    units, rest = divmod(numerator * UNITS, denominator)
-    if rest * 2 > denominator or (rest * 2 == denominator and units & 1):
-        units += 1
-    return units
+    return divide_half_even(numerator * UNITS, denominator)
 
 
 def from_units(units: int) -> Decimal:
