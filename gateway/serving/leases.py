@@ -8,9 +8,9 @@ UTC minute, ``gateway/serving/rates.py``): one machinery. Admission takes a requ
 charge from the worker's slice, with no database round trip; settlement moves it from
 ``used`` to what it came to. Every ``FLUSH_S`` the worker looks at its slices, off the
 request path: one that runs low is topped up, one idle for ``IDLE_S`` or past its period's
-end is given back, and a slice's spend is flushed into its counter once it is
-``SPEND_SHARE`` of the slice or ``SPEND_FLUSH_S`` old (a busy worker whose slices have room
-flushes once a second, not ten times). Each slice's room is computed under its counter's
+end is given back, and a slice's spend is flushed into its counter once it is a quarter
+(``SPEND_SHARES``) of the slice or ``SPEND_FLUSH_S`` old (a busy worker whose slices have
+room flushes once a second, not ten times). Each slice's room is computed under its counter's
 row lock (``gateway/db/spend.py`` ``sync_lease``), all of a tick's slices in one
 transaction (a budget and a rate limit are three counters: one transaction, not three). A
 slice of a period about to begin (a rate limit's next minute) is taken ``AHEAD_S`` before
@@ -23,7 +23,7 @@ The bound: what is held but unused is at most the workers' slices, each at most
 after a worker's last request; a request can be refused while other workers still hold
 that much; spend never passes the limit. A worker that dies leaves its slice to be swept
 after the hold TTL (and the spend it had not flushed, at most ``SPEND_FLUSH_S`` of it, or
-about ``SPEND_SHARE`` of its slice, is missing from the counter, not from the records).
+about a quarter of its slice, is missing from the counter, not from the records).
 
 A lease counts in integer lease units (``spend.UNITS``: 10^-11 of the prices' currency,
 in which money, limits and slices are whole numbers), so that admission adds and compares
@@ -51,8 +51,7 @@ SHARE = Decimal("0.05")  # a slice is at most this share of the limit...
 SLICE_REQUESTS = 8  # ...or room for this many of the largest request seen, if more
 FLUSH_S = 0.1  # how often a worker looks at its slices
 SPEND_FLUSH_S = 1.0  # a slice's spend is flushed at least this often...
-SPEND_SHARE = Decimal("0.25")  # ...and once it is this share of the slice
-SPEND_SHARES = 4  # SPEND_SHARE as 1 / this (the leases' ints compare without it)
+SPEND_SHARES = 4  # ...and once it is this many-th of the slice (a quarter)
 IDLE_S = 1.0  # a slice unused this long goes back to the budget
 AHEAD_S = 2 * FLUSH_S  # a period about to begin: its slice taken this long before
 ZERO = Decimal(0)
@@ -342,7 +341,7 @@ class Leases:
 
     async def tick(self, counters: set[str]) -> None:
         """Every slice synced if its spend is due (``SPEND_FLUSH_S`` old or a
-        ``SPEND_SHARE`` of it), it runs low, or it went idle; slices of deleted budgets and
+        a quarter of it), it runs low, or it went idle; slices of deleted budgets and
         limits forgotten (their counters went with them)."""
         now, at = time.monotonic(), self.clock()
         self._ahead(now, at)
@@ -381,7 +380,7 @@ class Leases:
         workers' headers and refusals, the alerts) and a crash cannot lose more of it."""
         return lease.spent > 0 and (
             now - lease.synced_at >= SPEND_FLUSH_S
-            or lease.spent * SPEND_SHARES >= lease.held  # spent >= held x SPEND_SHARE
+            or lease.spent * SPEND_SHARES >= lease.held  # spent >= held / SPEND_SHARES
         )
 
     def _forgettable(self, lease: Lease) -> bool:

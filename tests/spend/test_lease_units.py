@@ -18,7 +18,7 @@ import pytest
 from gateway.db.spend import UNITS, Charge, from_units, to_units
 from gateway.serving import admission
 from gateway.serving.calls import Endpoint
-from gateway.serving.leases import SHARE, SPEND_SHARE, SPEND_SHARES
+from gateway.serving.leases import SHARE, SPEND_SHARES
 from gateway.serving.rates import COUNT, UNIT
 from pricing.cost import NANO_TOKENS, money, money_nanos, nano_rate
 
@@ -123,7 +123,7 @@ def test_amounts_round_trip_through_units() -> None:
         assert from_units(to_units(share)) == share
         # the tick's comparisons, in ints: available < want / 2; spent >= held x 25 %
         held, spent = to_units(limit), to_units(nano)
-        assert (spent * SPEND_SHARES >= held) == (nano >= limit * SPEND_SHARE)
+        assert (spent * SPEND_SHARES >= held) == (nano >= limit / SPEND_SHARES)
         assert (held * 2 < to_units(share)) == (limit < share / 2)
     assert from_units(0).as_tuple() == Decimal(0).as_tuple()
 

@@ -133,9 +133,9 @@ def test_a_steady_admission_makes_no_database_round_trip(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Once the worker holds its slices, 40 admissions and settlements run no statement.
-    A flush writes a slice's spend once it is ``SPEND_SHARE`` of the slice (the 41 requests
-    of a 50-request slice) or ``SPEND_FLUSH_S`` old (the 1,200 tokens of a 50,000 slice:
-    not at the next tick, but once that time has passed)."""
+    A flush writes a slice's spend once it is a quarter (``SPEND_SHARES``) of the slice
+    (the 41 requests of a 50-request slice) or ``SPEND_FLUSH_S`` old (the 1,200 tokens
+    of a 50,000 slice: not at the next tick, but once that time has passed)."""
     acme = _limit(engine, 1000, 1_000_000)
     clock = Clock()
     worker = spend_workers.worker(engine, clock)
